@@ -1,0 +1,14 @@
+"""Engine adapters, looked up by the name a profile's `engine:` field gives."""
+
+from __future__ import annotations
+
+from perftests.engines.base import EngineAdapter, RequestResult, ServerInfo, Timeouts
+from perftests.engines.llamacpp import LlamaCppAdapter
+from perftests.engines.openai import OpenAIAdapter
+from perftests.engines.sglang import SGLangAdapter
+
+ADAPTERS: dict[str, type[EngineAdapter]] = {
+    a.name: a for a in (LlamaCppAdapter, OpenAIAdapter, SGLangAdapter)
+}
+
+__all__ = ["ADAPTERS", "EngineAdapter", "RequestResult", "ServerInfo", "Timeouts"]

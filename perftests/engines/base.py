@@ -1,0 +1,146 @@
+"""The engine adapter contract: one plain record per request, and the few service calls a
+measurement needs (health, info, tokenize, flush). Adapters translate, they never judge."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+import httpx
+
+from perftests.errors import EngineError, NotSupportedError, ServiceError
+
+Prompt = str | Sequence[int]
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    connect_s: float = 5.0
+    request_s: float = 600.0
+
+    def httpx(self) -> httpx.Timeout:
+        return httpx.Timeout(self.request_s, connect=self.connect_s)
+
+
+@dataclass
+class RequestResult:
+    """What one generation request cost and what the engine says it did.
+
+    `wall_s` is the client's perf_counter span around the HTTP call: the figure the gate trusts.
+    Engine-reported fields are None where the engine does not report them."""
+
+    engine: str
+    requested_tokens: int
+    wall_s: float
+    started_s: float  # perf_counter at send; lets tests check request timelines
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int | None
+    finish_reason: str  # normalised: "length" | "stop" | engine's own word otherwise
+    engine_prompt_ms: float | None = None
+    engine_decode_ms: float | None = None
+    engine_decode_tps: float | None = None
+    engine_latency_s: float | None = None
+    spec_verify_steps: int | None = None
+    spec_drafted_tokens: int | None = None
+    spec_accepted_tokens: int | None = None
+
+    @property
+    def ended_s(self) -> float:
+        return self.started_s + self.wall_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ServerInfo:
+    engine: str
+    version: str | None
+    model: str | None
+    args: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class EngineAdapter:
+    """Base adapter: owns one httpx client per service (connection reuse, profile timeouts)."""
+
+    name: ClassVar[str] = "base"
+    health_path: ClassVar[str] = "/health"
+
+    def __init__(self, base_url: str, *, api_key: str | None = None,
+                 timeouts: Timeouts | None = None, model: str | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.timeouts = timeouts or Timeouts()
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(base_url=self.base_url, headers=headers,
+                                    timeout=self.timeouts.httpx())
+
+    # -- plumbing ---------------------------------------------------------------------------
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> EngineAdapter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        # Errors name the URL and status only: never headers, which carry the API key.
+        try:
+            resp = self._client.request(method, path, **kw)
+        except httpx.TimeoutException as e:
+            raise ServiceError(f"{method} {self.base_url}{path}: timed out ({type(e).__name__})") from None
+        except httpx.TransportError as e:
+            raise ServiceError(f"{method} {self.base_url}{path}: service unreachable ({e})") from None
+        return resp
+
+    def _json(self, method: str, path: str, **kw: Any) -> Any:
+        resp = self._request(method, path, **kw)
+        if resp.status_code == 404 or resp.status_code == 501:
+            raise NotSupportedError(f"{self.name}: {method} {path} answered {resp.status_code}")
+        if resp.status_code >= 400:
+            raise EngineError(f"{self.name}: {method} {self.base_url}{path} answered "
+                              f"{resp.status_code}: {resp.text[:300]}")
+        try:
+            return resp.json()
+        except ValueError:
+            raise EngineError(
+                f"{self.name}: {method} {path} returned non-JSON: {resp.text[:200]!r}") from None
+
+    def _timed_post(self, path: str, body: dict[str, Any]) -> tuple[Any, float, float]:
+        t0 = time.perf_counter()
+        data = self._json("POST", path, json=body)
+        return data, t0, time.perf_counter() - t0
+
+    # -- the contract -----------------------------------------------------------------------
+    def health(self) -> None:
+        """Raise ServiceError unless the service says it is ready to generate."""
+        resp = self._request("GET", self.health_path)
+        if resp.status_code != 200:
+            raise ServiceError(f"{self.base_url}{self.health_path} answered {resp.status_code}")
+
+    def server_info(self) -> ServerInfo:
+        raise NotSupportedError(f"{self.name}: no server info endpoint")
+
+    def tokenize(self, text: str) -> list[int]:
+        raise NotSupportedError(f"{self.name}: cannot tokenize")
+
+    def flush_cache(self) -> None:
+        raise NotSupportedError(f"{self.name}: cannot flush the prefix cache")
+
+    def generate(self, prompt: Prompt, max_tokens: int, *, ignore_eos: bool = True,
+                 cache_prompt: bool = True) -> RequestResult:
+        raise NotImplementedError
+
+    @staticmethod
+    def _require(data: dict[str, Any], key: str, where: str) -> Any:
+        if key not in data:
+            raise EngineError(f"response has no '{key}' in {where}: keys are {sorted(data)}")
+        return data[key]

@@ -1,0 +1,79 @@
+"""Any OpenAI-compatible server: POST /v1/completions with `usage` (SGLang, vLLM, llama.cpp...).
+
+`ignore_eos` and `min_tokens` are the de-facto extension fields SGLang, vLLM and llama.cpp accept;
+a strict OpenAI server would ignore them, and the measurement then sees early stops and says so."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perftests.engines.base import EngineAdapter, Prompt, RequestResult, ServerInfo
+from perftests.errors import EngineError, ServiceError
+
+
+class OpenAIAdapter(EngineAdapter):
+    name = "openai"
+    health_path = "/health"
+
+    def health(self) -> None:
+        # /health is not part of the OpenAI API; /v1/models is, so fall back to it.
+        try:
+            super().health()
+        except ServiceError:
+            resp = self._request("GET", "/v1/models")
+            if resp.status_code != 200:
+                raise
+        return None
+
+    def _model_name(self) -> str | None:
+        if self.model is None:
+            data = self._json("GET", "/v1/models").get("data") or []
+            self.model = data[0]["id"] if data else None
+        return self.model
+
+    def server_info(self) -> ServerInfo:
+        data = self._json("GET", "/v1/models").get("data") or []
+        first = data[0] if data else {}
+        return ServerInfo(engine=self.name, version=first.get("owned_by"), model=first.get("id"),
+                          args={"models": [m.get("id") for m in data]})
+
+    def generate(self, prompt: Prompt, max_tokens: int, *, ignore_eos: bool = True,
+                 cache_prompt: bool = True) -> RequestResult:
+        body: dict[str, Any] = {
+            "prompt": prompt if isinstance(prompt, str) else list(prompt),
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "ignore_eos": ignore_eos,
+            "stream": False,
+        }
+        if ignore_eos:
+            body["min_tokens"] = max_tokens
+        model = self._model_name()
+        if model:
+            body["model"] = model
+        data, t0, wall = self._timed_post("/v1/completions", body)
+        return self.parse(data, requested=max_tokens, started=t0, wall=wall)
+
+    @classmethod
+    def parse(cls, data: dict[str, Any], *, requested: int, started: float, wall: float) -> RequestResult:
+        usage = cls._require(data, "usage", "/v1/completions")
+        choices = cls._require(data, "choices", "/v1/completions")
+        if not choices:
+            raise EngineError("/v1/completions returned no choices")
+        details = usage.get("prompt_tokens_details") or {}
+        timings = data.get("timings") or {}  # llama.cpp adds its native timings here
+        return RequestResult(
+            engine=cls.name,
+            requested_tokens=requested,
+            wall_s=wall,
+            started_s=started,
+            prompt_tokens=int(cls._require(usage, "prompt_tokens", "usage")),
+            completion_tokens=int(cls._require(usage, "completion_tokens", "usage")),
+            cached_tokens=details.get("cached_tokens"),
+            finish_reason=str(choices[0].get("finish_reason")),
+            engine_prompt_ms=timings.get("prompt_ms"),
+            engine_decode_ms=timings.get("predicted_ms"),
+            engine_decode_tps=timings.get("predicted_per_second"),
+            spec_drafted_tokens=timings.get("draft_n"),
+            spec_accepted_tokens=timings.get("draft_n_accepted"),
+        )

@@ -1,0 +1,250 @@
+"""The two-point decode measurement, with cache control and per-pair validity checks.
+
+For one prompt, a short and a long request (8 and 264 tokens by default); prefill is common to
+both, so decode tok/s = (n_long - n_short) / (t_long - t_short). The figure is only right if both
+requests ran to their budget and saw the same cached prefix; a pair that did not is invalid, with
+its reason, retried with a fresh prompt a bounded number of times, and never averaged in."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from perftests.engines.base import EngineAdapter, RequestResult
+from perftests.errors import NotSupportedError, PerftestsError
+from perftests.prompts import PromptSource
+from perftests.stats import Summary, summarize
+
+# warm: an untimed request caches the prompt, so both timed requests reuse the same prefix and
+#       prefill shrinks to the last token (lowest noise; the default).
+# cold: nothing is reused: the engine's cache is bypassed (llama.cpp cache_prompt=false) or
+#       flushed before each request, so both pay the same full prefill.
+CacheMode = Literal["warm", "cold"]
+
+MAX_SPAN_GROWTH = 4  # the long request may grow to 4x its default when prefill jitter would swamp it
+
+
+class MeasurementError(PerftestsError):
+    """No valid figure could be produced (every attempt was invalid)."""
+
+
+@dataclass
+class Pair:
+    context: int
+    index: int
+    short: RequestResult
+    long: RequestResult
+    cache_mode: str
+    invalid_reason: str | None = None
+
+    @property
+    def valid(self) -> bool:
+        return self.invalid_reason is None
+
+    @property
+    def decode_tokens(self) -> int:
+        return self.long.completion_tokens - self.short.completion_tokens
+
+    @property
+    def decode_s(self) -> float:
+        return self.long.wall_s - self.short.wall_s
+
+    @property
+    def tps(self) -> float:
+        return self.decode_tokens / self.decode_s if self.decode_s > 0 else math.nan
+
+    @property
+    def engine_tps(self) -> float | None:
+        """The engine's own decode rate over the same span, from its reported decode times."""
+        a, b = self.short.engine_decode_ms, self.long.engine_decode_ms
+        if a is None or b is None or b <= a:
+            return None
+        return self.decode_tokens / ((b - a) / 1000.0)
+
+    @property
+    def verify_steps(self) -> int | None:
+        a, b = self.short.spec_verify_steps, self.long.spec_verify_steps
+        return None if a is None or b is None else b - a
+
+    @property
+    def acceptance_length(self) -> float | None:
+        """Tokens committed per verify step over the span (counter differences, not totals)."""
+        steps = self.verify_steps
+        return self.decode_tokens / steps if steps else None
+
+    @property
+    def step_ms(self) -> float | None:
+        steps = self.verify_steps
+        return 1000.0 * self.decode_s / steps if steps else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"context": self.context, "index": self.index, "cache_mode": self.cache_mode,
+                "valid": self.valid, "invalid_reason": self.invalid_reason,
+                "short": self.short.to_dict(), "long": self.long.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Pair:
+        return cls(context=d["context"], index=d["index"], cache_mode=d["cache_mode"],
+                   invalid_reason=d["invalid_reason"], short=RequestResult(**d["short"]),
+                   long=RequestResult(**d["long"]))
+
+
+def check_pair(pair: Pair, context: int, short_n: int, long_n: int) -> str | None:
+    """The reason a pair cannot be used, or None. Each check guards a documented hazard."""
+    for label, r, n in (("short", pair.short, short_n), ("long", pair.long, long_n)):
+        if r.completion_tokens != n:
+            return f"{label} request returned {r.completion_tokens} tokens, asked {n}"
+        if r.finish_reason != "length":
+            return f"{label} request stopped early (finish reason '{r.finish_reason}')"
+        if r.prompt_tokens != context:
+            return f"{label} request saw a {r.prompt_tokens}-token prompt, expected {context}"
+    s, lg = pair.short.cached_tokens, pair.long.cached_tokens
+    if s is None or lg is None:
+        pass  # the engine does not report it; recorded as unverified at point level
+    elif s != lg:
+        return f"cache state differs: short had {s} cached prompt tokens, long had {lg}"
+    elif pair.cache_mode == "cold" and s != 0:
+        return f"cold pair hit the cache ({s} cached prompt tokens)"
+    elif pair.cache_mode == "warm" and s < context - 8:
+        return f"warm pair missed the cache ({s} of {context} prompt tokens cached)"
+    if pair.decode_s <= 0:
+        return f"non-positive decode span ({pair.decode_s * 1000:.1f} ms): timing is swamped by noise"
+    return None
+
+
+@dataclass
+class Point:
+    """Every pair measured at one context length, and the figures derived from the valid ones."""
+
+    context: int
+    short_tokens: int
+    long_tokens: int
+    cache_mode: str
+    pairs: list[Pair] = field(default_factory=list)
+    warmup: list[Pair] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def valid_pairs(self) -> list[Pair]:
+        return [p for p in self.pairs if p.valid]
+
+    def tps(self) -> Summary:
+        return summarize([p.tps for p in self.valid_pairs])
+
+    def engine_tps(self) -> Summary:
+        return summarize([p.engine_tps for p in self.valid_pairs if p.engine_tps is not None])
+
+    def acceptance_length(self) -> Summary:
+        return summarize([p.acceptance_length for p in self.valid_pairs
+                          if p.acceptance_length is not None])
+
+    def step_ms(self) -> Summary:
+        return summarize([p.step_ms for p in self.valid_pairs if p.step_ms is not None])
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "context": self.context, "short_tokens": self.short_tokens,
+            "long_tokens": self.long_tokens, "cache_mode": self.cache_mode, "notes": self.notes,
+            "summary": {"tps": self.tps().to_dict()},
+            "pairs": [p.to_dict() for p in self.pairs],
+            "warmup": [p.to_dict() for p in self.warmup],
+        }
+        for name, fn in (("engine_tps", self.engine_tps), ("acceptance_length", self.acceptance_length),
+                         ("step_ms", self.step_ms)):
+            s = fn()
+            if s.n:
+                out["summary"][name] = s.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Point:
+        return cls(context=d["context"], short_tokens=d["short_tokens"], long_tokens=d["long_tokens"],
+                   cache_mode=d["cache_mode"], notes=list(d.get("notes", [])),
+                   pairs=[Pair.from_dict(p) for p in d["pairs"]],
+                   warmup=[Pair.from_dict(p) for p in d.get("warmup", [])])
+
+
+Progress = Callable[[str], None]
+
+
+class TwoPointMeter:
+    """Measures points on one service. One instance per service; never shared across services."""
+
+    def __init__(self, adapter: EngineAdapter, prompts: PromptSource, *, short_tokens: int = 8,
+                 long_tokens: int = 264, cache_mode: CacheMode = "warm", max_retries: int = 3,
+                 adaptive_span: bool = True, before_request: Callable[[], None] | None = None) -> None:
+        if cache_mode not in ("warm", "cold"):
+            raise ValueError(f"cache_mode must be 'warm' or 'cold', got {cache_mode!r}")
+        self.adapter = adapter
+        self.prompts = prompts
+        self.short_tokens = short_tokens
+        self.long_tokens = long_tokens
+        self.cache_mode = cache_mode
+        self.max_retries = max_retries
+        self.adaptive_span = adaptive_span
+        self.before_request = before_request  # e.g. Service.check_alive between requests
+        self._index = 0
+
+    def _request(self, prompt: list[int], n: int) -> RequestResult:
+        if self.before_request:
+            self.before_request()
+        if self.cache_mode == "cold":
+            try:
+                self.adapter.flush_cache()
+            except NotSupportedError:
+                pass  # cache_prompt=false below bypasses reuse where flushing is unavailable
+            return self.adapter.generate(prompt, n, cache_prompt=False)
+        return self.adapter.generate(prompt, n, cache_prompt=True)
+
+    def pair(self, context: int, long_tokens: int) -> Pair:
+        index = self._index
+        self._index += 1
+        prompt = self.prompts.ids(context, index)
+        if self.cache_mode == "warm":
+            self._request(prompt, 1)  # untimed: puts the prompt in the cache for both requests
+        short = self._request(prompt, self.short_tokens)
+        long = self._request(prompt, long_tokens)
+        pair = Pair(context, index, short, long, self.cache_mode)
+        pair.invalid_reason = check_pair(pair, context, self.short_tokens, long_tokens)
+        return pair
+
+    def measure(self, context: int, *, repeats: int, warmup: int = 1,
+                progress: Progress | None = None) -> Point:
+        point = Point(context, self.short_tokens, self.long_tokens, self.cache_mode)
+        long_tokens = self.long_tokens
+        for _ in range(warmup):
+            w = self.pair(context, long_tokens)
+            point.warmup.append(w)
+            if self.adaptive_span and w.valid:
+                long_tokens = self._grow_span(w, long_tokens, point)
+        point.long_tokens = long_tokens
+        failures = 0
+        while len(point.valid_pairs) < repeats:
+            p = self.pair(context, long_tokens)
+            point.pairs.append(p)
+            if progress:
+                fig = f"{p.tps:8.1f} tok/s" if p.valid else f"invalid: {p.invalid_reason}"
+                progress(f"ctx={context} pair {len(point.pairs)}: {fig}")
+            if not p.valid:
+                failures += 1
+                if failures > self.max_retries:
+                    reasons = "; ".join(sorted({q.invalid_reason or "" for q in point.pairs if not q.valid}))
+                    raise MeasurementError(f"ctx={context}: {failures} invalid pairs (limit "
+                                           f"{self.max_retries} retries): {reasons}")
+        if point.valid_pairs and point.valid_pairs[0].short.cached_tokens is None:
+            point.notes.append("engine reports no cached-token counts: cache state unverified")
+        return point
+
+    def _grow_span(self, w: Pair, long_tokens: int, point: Point) -> int:
+        """Lengthen the decode span when the short request (mostly prefill) rivals it in time:
+        prefill jitter would then be a large share of t_long - t_short."""
+        cap = self.long_tokens * MAX_SPAN_GROWTH
+        new = long_tokens
+        while w.short.wall_s > 0.5 * w.decode_s * (new - self.short_tokens) / w.decode_tokens and new < cap:
+            new = min(cap, self.short_tokens + 2 * (new - self.short_tokens))
+        if new != long_tokens:
+            point.notes.append(f"decode span grown to {new} tokens: the short request took "
+                               f"{w.short.wall_s * 1000:.0f} ms against {w.decode_s * 1000:.0f} ms of decode")
+        return new

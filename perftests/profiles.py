@@ -1,0 +1,241 @@
+"""Hardware profiles: one YAML file per hardware name, validated with file:line in every error.
+
+A profile says how to reach or launch the service, which engine adapter speaks to it, which
+context lengths to sweep, and the defaults the measurement and the gate use."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from perftests.errors import ConfigError, UnknownProfileError
+
+BUILTIN_DIR = Path(__file__).parent / "profiles"
+PATH_ENV = "PERFTESTS_PROFILE_PATH"  # extra directories, os.pathsep-separated, searched first
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    startup_timeout_s: float = 300.0
+    shutdown_grace_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    engine: str
+    url: str | None = None  # attach here unless --service-url overrides
+    launch: LaunchSpec | None = None
+    health_path: str = "/health"
+    api_key_env: str | None = None
+    connect_timeout_s: float = 5.0
+    request_timeout_s: float = 600.0
+    model: str | None = None
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    contexts: tuple[int, ...]
+    short_tokens: int = 8
+    long_tokens: int = 264
+
+
+@dataclass(frozen=True)
+class GateDefaults:
+    repeats: int = 5
+    warmup: int = 1
+    tolerance: float = 0.05  # relative drop allowed before a point can fail
+    baseline: str | None = None
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    path: Path
+    description: str
+    service: ServiceSpec
+    sweep: SweepSpec
+    defaults: GateDefaults
+
+
+def search_path(extra: list[Path] | None = None) -> list[Path]:
+    dirs = list(extra or [])
+    dirs += [Path(p) for p in os.environ.get(PATH_ENV, "").split(os.pathsep) if p]
+    dirs.append(BUILTIN_DIR)
+    return dirs
+
+
+def available(extra: list[Path] | None = None) -> dict[str, Path]:
+    """Known profile names and their files; an earlier directory shadows a later one."""
+    found: dict[str, Path] = {}
+    for d in reversed(search_path(extra)):
+        if d.is_dir():
+            found.update({p.stem: p for p in sorted(d.glob("*.yaml"))})
+    return dict(sorted(found.items()))
+
+
+def load(name_or_path: str, extra: list[Path] | None = None) -> Profile:
+    """Load a profile by hardware name (or by path to a YAML file)."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") and p.exists():
+        return parse_file(p)
+    known = available(extra)
+    if name_or_path not in known:
+        names = ", ".join(known) or "(none)"
+        raise UnknownProfileError(f"unknown hardware profile '{name_or_path}'; known: {names}")
+    return parse_file(known[name_or_path])
+
+
+# -- parsing with line numbers ------------------------------------------------------------
+
+class _Doc:
+    """The parsed data plus a map from field path to line, for errors a user can act on."""
+
+    def __init__(self, path: Path, text: str) -> None:
+        self.path = path
+        try:
+            node = yaml.compose(text, Loader=yaml.SafeLoader)
+            self.data = yaml.safe_load(text)
+        except yaml.MarkedYAMLError as e:
+            mark = e.problem_mark
+            line = f":{mark.line + 1}" if mark else ""
+            raise ConfigError(f"{path}{line}: malformed YAML: {e.problem}") from None
+        self.lines: dict[str, int] = {}
+        if node is not None:
+            self._index(node, "")
+        if not isinstance(self.data, dict):
+            raise ConfigError(f"{path}:1: a profile must be a mapping of fields")
+
+    def _index(self, node: yaml.Node, prefix: str) -> None:
+        self.lines.setdefault(prefix, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                key = f"{prefix}.{k.value}" if prefix else str(k.value)
+                self.lines[key] = k.start_mark.line + 1
+                self._index(v, key)
+
+    def error(self, key: str, msg: str) -> ConfigError:
+        line = self.lines.get(key)
+        while line is None and "." in key:
+            key_parent = key.rsplit(".", 1)[0]
+            line = self.lines.get(key_parent)
+            key = key_parent
+        return ConfigError(f"{self.path}:{line or 1}: field '{key}': {msg}")
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ..., *,
+            positive: bool = False) -> Any:
+        cur: Any = self.data
+        for part in key.split("."):
+            if not isinstance(cur, dict) or part not in cur:
+                if default is ...:
+                    raise self.error(key, "is required")
+                return default
+            cur = cur[part]
+        if cur is None and default is not ... and default is None:
+            return None
+        # bool is an int in Python; a YAML `true` where a number belongs is a mistake.
+        if not isinstance(cur, kind) or (isinstance(cur, bool) and bool not in _as_tuple(kind)):
+            raise self.error(key, f"expected {_kind_name(kind)}, got {type(cur).__name__} {cur!r}")
+        if positive and cur <= 0:
+            raise self.error(key, f"must be positive, got {cur!r}")
+        return cur
+
+    def check_keys(self, prefix: str, allowed: set[str]) -> None:
+        cur = self.data if not prefix else self.get(prefix, dict, {})
+        for k in cur or {}:
+            if k not in allowed:
+                key = f"{prefix}.{k}" if prefix else str(k)
+                raise self.error(key, f"unknown field; expected one of {sorted(allowed)}")
+
+
+def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    names = {int: "an integer", float: "a number", str: "a string", list: "a list",
+             dict: "a mapping", bool: "true or false"}
+    return " or ".join(names.get(k, k.__name__) for k in _as_tuple(kind))
+
+
+def parse_file(path: Path) -> Profile:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read profile: {e.strerror}") from None
+    doc = _Doc(path, text)
+    from perftests.engines import ADAPTERS  # late: engines import httpx, profiles need not
+
+    doc.check_keys("", {"name", "description", "engine", "service", "sweep", "defaults"})
+    doc.check_keys("service", {"url", "launch", "health_path", "api_key_env", "timeouts", "model"})
+    doc.check_keys("service.launch", {"argv", "env", "startup_timeout_s", "shutdown_grace_s"})
+    doc.check_keys("service.timeouts", {"connect_s", "request_s"})
+    doc.check_keys("sweep", {"contexts", "short_tokens", "long_tokens"})
+    doc.check_keys("defaults", {"repeats", "warmup", "tolerance", "baseline"})
+
+    name = doc.get("name", str, path.stem)
+    if name != path.stem:
+        raise doc.error("name", f"'{name}' differs from the file name '{path.stem}'")
+    engine = doc.get("engine", str)
+    if engine not in ADAPTERS:
+        raise doc.error("engine", f"unknown engine '{engine}'; known: {', '.join(ADAPTERS)}")
+
+    launch = None
+    if doc.get("service.launch", dict, None) is not None:
+        argv = doc.get("service.launch.argv", list)
+        if not argv or not all(isinstance(a, (str, int, float)) and not isinstance(a, bool)
+                               for a in argv):
+            raise doc.error("service.launch.argv", "expected a non-empty list of strings")
+        env = doc.get("service.launch.env", dict, {})
+        if not all(isinstance(v, (str, int, float)) for v in env.values()):
+            raise doc.error("service.launch.env", "values must be strings")
+        launch = LaunchSpec(
+            argv=tuple(str(a) for a in argv),
+            env={str(k): str(v) for k, v in env.items()},
+            startup_timeout_s=float(doc.get("service.launch.startup_timeout_s", (int, float), 300,
+                                            positive=True)),
+            shutdown_grace_s=float(doc.get("service.launch.shutdown_grace_s", (int, float), 10,
+                                           positive=True)),
+        )
+    url = doc.get("service.url", str, None)
+    if launch is None and url is None:
+        raise doc.error("service", "needs 'launch' or 'url' (or pass --service-url)")
+    health = doc.get("service.health_path", str, "/health")
+    if not health.startswith("/"):
+        raise doc.error("service.health_path", f"must start with '/', got {health!r}")
+    service = ServiceSpec(
+        engine=engine, url=url, launch=launch, health_path=health,
+        api_key_env=doc.get("service.api_key_env", str, None),
+        connect_timeout_s=float(doc.get("service.timeouts.connect_s", (int, float), 5.0, positive=True)),
+        request_timeout_s=float(doc.get("service.timeouts.request_s", (int, float), 600.0, positive=True)),
+        model=doc.get("service.model", str, None),
+    )
+
+    contexts = doc.get("sweep.contexts", list)
+    if not contexts or not all(isinstance(c, int) and not isinstance(c, bool) and c > 0
+                               for c in contexts):
+        raise doc.error("sweep.contexts", f"expected a non-empty list of positive integers, got {contexts!r}")
+    if len(set(contexts)) != len(contexts):
+        raise doc.error("sweep.contexts", "has duplicates")
+    short = doc.get("sweep.short_tokens", int, 8, positive=True)
+    long = doc.get("sweep.long_tokens", int, 264, positive=True)
+    if long <= short:
+        raise doc.error("sweep.long_tokens", f"must exceed short_tokens ({short}), got {long}")
+    sweep = SweepSpec(contexts=tuple(sorted(contexts)), short_tokens=short, long_tokens=long)
+
+    tol = float(doc.get("defaults.tolerance", (int, float), 0.05))
+    if not 0 < tol < 1:
+        raise doc.error("defaults.tolerance", f"must be a fraction between 0 and 1, got {tol}")
+    defaults = GateDefaults(
+        repeats=doc.get("defaults.repeats", int, 5, positive=True),
+        warmup=doc.get("defaults.warmup", int, 1),
+        tolerance=tol,
+        baseline=doc.get("defaults.baseline", str, None),
+    )
+    return Profile(name=name, path=path, description=doc.get("description", str, ""),
+                   service=service, sweep=sweep, defaults=defaults)
