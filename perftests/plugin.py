@@ -56,7 +56,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "perf(repeats=None, warmup=None): per-test overrides of the gate's settings")
-    _install_sigterm_handler()
     # An explicit --hw is checked now, so a typo fails before anything is collected or launched.
     if config.getoption("perf_hw"):
         try:
@@ -119,6 +118,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture(scope="session")
 def perf_session(request: pytest.FixtureRequest) -> Iterator[PerfSession]:
+    _install_sigterm_handler()  # only in runs that use the gate, not in every pytest run
     sess = _session(request.config)
     yield sess
     sess.close()

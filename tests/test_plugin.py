@@ -1,0 +1,83 @@
+"""The pytest plugin end to end, in a subprocess: options, profile errors, run errors, secrets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from perftests.service import free_port
+from tests.sglang_standin import SGLangStandIn
+
+REPO = Path(__file__).resolve().parents[1]
+GATE = str(REPO / "perftests")
+SECRET = "sk-perftests-do-not-leak-7f3a9c"
+
+
+def sglang_profile(dir: Path, url: str, api_key_env: str | None = None) -> None:
+    key = f"  api_key_env: {api_key_env}\n" if api_key_env else ""
+    (dir / "standin.yaml").write_text(
+        f"name: standin\nengine: sglang\nservice:\n  url: {url}\n{key}"
+        "sweep:\n  contexts: [64, 256]\ndefaults:\n  repeats: 3\n  warmup: 1\n")
+
+
+def test_help_shows_one_option_group(pytester):
+    result = pytester.runpytest_subprocess("--help")
+    out = result.stdout.str()
+    group = out[out.index("perftests: decode-throughput regression gate"):]
+    for opt in ("--perf-hw=NAME, --hw=NAME", "--perf-service-url=URL, --service-url=URL",
+                "--perf-api-key-env=VAR", "--perf-repeats=N", "--perf-contexts=L1,L2,..."):
+        assert opt in group.split("\n\n")[0], opt
+
+
+def test_unknown_hw_lists_known_profiles(pytester):
+    result = pytester.runpytest_subprocess(GATE, "--hw", "b200-typo")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "unknown hardware profile 'b200-typo'" in err
+    assert "cpu-reference" in err and "pro6000" in err
+
+
+def test_malformed_profile_is_a_usage_error_naming_the_line(pytester):
+    bad = pytester.path / "profiles"
+    bad.mkdir()
+    (bad / "broken.yaml").write_text("name: broken\nengine: llamacpp\nsweep:\n  contexts: [64, x]\n"
+                                     "service:\n  url: http://127.0.0.1:1\n")
+    result = pytester.runpytest_subprocess(GATE, "--hw", "broken", "--perf-profile-dir", str(bad))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"{bad / 'broken.yaml'}:4: field 'sweep.contexts'" in result.stderr.str()
+
+
+def test_unreachable_service_is_a_run_error_not_a_failure(pytester):
+    sglang_profile(pytester.path, f"http://127.0.0.1:{free_port()}")
+    result = pytester.runpytest_subprocess(GATE, "--hw", "standin", "--perf-profile-dir",
+                                           str(pytester.path), "-p", "no:cacheprovider")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("errors", 0) >= 1 and "failed" not in outcomes and "passed" not in outcomes
+    assert "RUN ERROR (not a regression)" in result.stdout.str()
+    assert "cannot attach" in result.stdout.str()
+
+
+def test_gate_against_sglang_standin_never_shows_the_api_key(pytester, monkeypatch):
+    monkeypatch.setenv("STANDIN_KEY", SECRET)
+    with SGLangStandIn(api_key=SECRET, accept_length=4.0, step_ms=2.0) as sg:
+        sglang_profile(pytester.path, sg.url, api_key_env="STANDIN_KEY")
+        record = pytester.path / "run.json"
+        logs = pytester.path / "logs"
+        result = pytester.runpytest_subprocess(
+            GATE, "--hw", "standin", "--perf-profile-dir", str(pytester.path), "-v", "-rA",
+            "--perf-json", str(record), "--perf-log-dir", str(logs), "-p", "no:cacheprovider",
+            "--junitxml", str(pytester.path / "junit.xml"))
+        assert sg.headers_seen and all(h.get("Authorization") == f"Bearer {SECRET}"
+                                       for h in sg.headers_seen)
+    result.assert_outcomes(passed=2)
+    out = result.stdout.str() + result.stderr.str()
+    assert "ctx=64" in out and "ctx=256" in out
+    data = json.loads(record.read_text())
+    assert data["schema"] == "perftests.run/1"
+    assert [p["context"] for p in data["points"]] == [64, 256]
+    assert data["points"][0]["summary"]["acceptance_length"]["median"] == pytest.approx(4.0, rel=0.05)
+    texts = [out, record.read_text(), (pytester.path / "junit.xml").read_text()]
+    texts += [p.read_text(errors="replace") for p in logs.rglob("*") if p.is_file()]
+    assert not any(SECRET in t for t in texts), "the API key leaked into output, record or logs"
