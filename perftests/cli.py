@@ -61,9 +61,11 @@ def _session(args: argparse.Namespace) -> PerfSession:
         profile = replace(profile, service=replace(profile.service, engine=args.engine))
     settings = Settings.from_profile(profile, contexts=getattr(args, "contexts", None),
                                      repeats=getattr(args, "repeats", None),
-                                     cache_mode=getattr(args, "cache_mode", None))
+                                     cache_mode=getattr(args, "cache_mode", None),
+                                     stream_check=getattr(args, "stream_check", None) or None)
     return PerfSession(profile=profile, settings=settings, service_url=args.url,
-                       api_key_env=args.api_key_env, log_dir=Path(args.log_dir), progress=_say)
+                       api_key_env=args.api_key_env, log_dir=Path(args.log_dir), progress=_say,
+                       detail=_say if getattr(args, "verbose", False) else None)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -87,13 +89,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         sess.open()
         for ctx in sess.settings.contexts:
             try:
-                point = sess.measure(ctx)
+                sess.measure(ctx)
             except MeasurementError as e:
                 _say(f"ctx={ctx}: {e}")
                 rc = 1
                 continue
-            s = point.tps()
-            _say(f"ctx={ctx:>6}: {s.median:8.1f} tok/s  [{s.ci_low:.1f}, {s.ci_high:.1f}]  n={s.n}")
     except PerftestsError as e:
         _say(f"RUN ERROR (not a regression): {e}")
         rc = 2
@@ -106,6 +106,27 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     record.write(out)
     _say(f"run record: {out}")
     return rc
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from perftests import baseline as bl
+    from perftests.verdict import explain_report
+
+    profile = profiles.load(args.hw, args.profile_dir)
+    path = Path(args.baseline or profile.defaults.baseline or f"baselines/{profile.name}.yaml")
+    try:
+        base = bl.load(path)
+    except FileNotFoundError:
+        _say(f"no baseline for '{profile.name}' at {path}; create it with: pytest perftests "
+             f"--hw {profile.name} --update-baselines --reason \"first baseline\"")
+        return 2
+    if args.ctx <= 0 or args.tps <= 0 or (args.accept is not None and args.accept <= 0):
+        _say("--ctx, --tps and --accept must be positive")
+        return 2
+    tol = args.tolerance if args.tolerance is not None else profile.defaults.tolerance
+    kind, text = explain_report(base, args.ctx, args.tps, args.accept, tol)
+    print(text)
+    return 0 if kind in ("expected scaling", "improvement") else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -143,8 +164,19 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--contexts", type=_contexts, help="context lengths, e.g. 64,1024,4096")
     w.add_argument("--repeats", type=int, help="valid pairs per context")
     w.add_argument("--cache-mode", choices=["warm", "cold"])
+    w.add_argument("--stream-check", action="store_true",
+                   help="also stream one request per context (TTFT, streamed decode rate)")
+    w.add_argument("-v", "--verbose", action="store_true", help="show every pair as it completes")
     w.add_argument("--json", help="output path (default .perftests/sweep-<hw>.json)")
     w.set_defaults(fn=cmd_sweep)
+    e = sub.add_parser("explain", help="triage a reported figure against the stored curve, no run")
+    e.add_argument("--hw", required=True, help="hardware profile whose baseline to use")
+    e.add_argument("--ctx", type=int, required=True, help="context length of the report (tokens)")
+    e.add_argument("--tps", type=float, required=True, help="reported decode tok/s")
+    e.add_argument("--accept", type=float, help="reported acceptance length (tokens per verify step)")
+    e.add_argument("--baseline", help="baseline file (default: the profile's)")
+    e.add_argument("--tolerance", type=float, help="default: the profile's")
+    e.set_defaults(fn=cmd_explain)
     return ap
 
 

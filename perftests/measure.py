@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from perftests.engines.base import EngineAdapter, RequestResult
+from perftests.engines.base import EngineAdapter, RequestResult, StreamResult
 from perftests.errors import NotSupportedError, PerftestsError
 from perftests.prompts import PromptSource
 from perftests.stats import Summary, summarize
@@ -38,6 +38,7 @@ class Pair:
     long: RequestResult
     cache_mode: str
     invalid_reason: str | None = None
+    warm: RequestResult | None = None  # the untimed request that cached the prompt (warm mode)
 
     @property
     def valid(self) -> bool:
@@ -82,13 +83,15 @@ class Pair:
     def to_dict(self) -> dict[str, Any]:
         return {"context": self.context, "index": self.index, "cache_mode": self.cache_mode,
                 "valid": self.valid, "invalid_reason": self.invalid_reason,
-                "short": self.short.to_dict(), "long": self.long.to_dict()}
+                "short": self.short.to_dict(), "long": self.long.to_dict(),
+                "warm": self.warm.to_dict() if self.warm else None}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Pair:
         return cls(context=d["context"], index=d["index"], cache_mode=d["cache_mode"],
                    invalid_reason=d["invalid_reason"], short=RequestResult(**d["short"]),
-                   long=RequestResult(**d["long"]))
+                   long=RequestResult(**d["long"]),
+                   warm=RequestResult(**d["warm"]) if d.get("warm") else None)
 
 
 def check_pair(pair: Pair, context: int, short_n: int, long_n: int) -> str | None:
@@ -125,6 +128,7 @@ class Point:
     pairs: list[Pair] = field(default_factory=list)
     warmup: list[Pair] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    stream: StreamResult | None = None  # optional streamed cross-check at this context
 
     @property
     def valid_pairs(self) -> list[Pair]:
@@ -150,6 +154,7 @@ class Point:
             "summary": {"tps": self.tps().to_dict()},
             "pairs": [p.to_dict() for p in self.pairs],
             "warmup": [p.to_dict() for p in self.warmup],
+            "stream": self.stream.to_dict() if self.stream else None,
         }
         for name, fn in (("engine_tps", self.engine_tps), ("acceptance_length", self.acceptance_length),
                          ("step_ms", self.step_ms)):
@@ -163,7 +168,16 @@ class Point:
         return cls(context=d["context"], short_tokens=d["short_tokens"], long_tokens=d["long_tokens"],
                    cache_mode=d["cache_mode"], notes=list(d.get("notes", [])),
                    pairs=[Pair.from_dict(p) for p in d["pairs"]],
-                   warmup=[Pair.from_dict(p) for p in d.get("warmup", [])])
+                   warmup=[Pair.from_dict(p) for p in d.get("warmup", [])],
+                   stream=_stream_from_dict(d.get("stream")))
+
+
+def _stream_from_dict(d: dict[str, Any] | None) -> StreamResult | None:
+    if not d:
+        return None
+    fields = {k: v for k, v in d.items() if k not in ("decode_tps", "tokens_per_event")}
+    fields["events"] = [tuple(e) for e in fields.get("events", [])]
+    return StreamResult(**fields)
 
 
 Progress = Callable[[str], None]
@@ -202,11 +216,12 @@ class TwoPointMeter:
         index = self._index
         self._index += 1
         prompt = self.prompts.ids(context, index)
+        warm = None
         if self.cache_mode == "warm":
-            self._request(prompt, 1)  # untimed: puts the prompt in the cache for both requests
+            warm = self._request(prompt, 1)  # untimed: caches the prompt for both requests
         short = self._request(prompt, self.short_tokens)
         long = self._request(prompt, long_tokens)
-        pair = Pair(context, index, short, long, self.cache_mode)
+        pair = Pair(context, index, short, long, self.cache_mode, warm=warm)
         pair.invalid_reason = check_pair(pair, context, self.short_tokens, long_tokens)
         return pair
 
@@ -236,6 +251,21 @@ class TwoPointMeter:
         if point.valid_pairs and point.valid_pairs[0].short.cached_tokens is None:
             point.notes.append("engine reports no cached-token counts: cache state unverified")
         return point
+
+    def stream_check(self, point: Point) -> StreamResult | None:
+        """One streamed request at the point's context, as a cross-check of the two-point figure:
+        time to first token, and decode rate from event timestamps (token-normalised)."""
+        index = self._index
+        self._index += 1
+        if self.before_request:
+            self.before_request()
+        try:
+            result = self.adapter.stream(self.prompts.ids(point.context, index), point.long_tokens)
+        except NotSupportedError as e:
+            point.notes.append(f"no streamed cross-check: {e}")
+            return None
+        point.stream = result
+        return result
 
     def _grow_span(self, w: Pair, long_tokens: int, point: Point) -> int:
         """Lengthen the decode span when the short request (mostly prefill) rivals it in time:

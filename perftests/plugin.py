@@ -17,12 +17,14 @@ import pytest
 
 from perftests import profiles
 from perftests.errors import ConfigError, PerftestsError, ServiceError
-from perftests.measure import MeasurementError, Point
-from perftests.report import curve_table
+from perftests.gate import BaselineMissing, Gate, GatePoint
+from perftests.measure import MeasurementError
+from perftests.report import comparison_table, curve_table
 from perftests.session import PerfSession, Settings
 
 DEFAULT_HW = "cpu-reference"
 _KEY = pytest.StashKey[PerfSession]()
+_GATE = pytest.StashKey[Gate]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -47,6 +49,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--perf-prompt", dest="perf_prompt", choices=["corpus", "random"],
                 help="prompt content: corpus text (default) or random token ids")
     g.addoption("--perf-seed", dest="perf_seed", type=int, help="prompt seed (default 0)")
+    g.addoption("--perf-stream-check", dest="perf_stream_check", action="store_true",
+                help="also stream one request per context: time to first token, streamed decode rate")
+    g.addoption("--perf-update-baselines", "--update-baselines", dest="perf_update", action="store_true",
+                help="measure, then write this hardware's baseline from the run (needs --reason)")
+    g.addoption("--perf-reason", "--reason", dest="perf_reason", metavar="TEXT",
+                help="why the baseline changes; recorded in the file's history")
+    g.addoption("--perf-provisional-from", "--provisional-from", dest="perf_provisional_from",
+                metavar="HW", help="without a baseline, judge against HW's curve scaled to this "
+                                   "hardware's shortest-context point (marked provisional)")
+    g.addoption("--perf-baseline", dest="perf_baseline", metavar="PATH",
+                help="baseline file (default: the profile's defaults.baseline)")
+    g.addoption("--perf-tolerance", dest="perf_tolerance", type=float, metavar="FRACTION",
+                help="allowed relative drop before a point can fail (default: the profile's)")
+    g.addoption("--perf-reruns", dest="perf_reruns", type=int, metavar="N",
+                help="re-measurements of an inconclusive point (default: the profile's)")
     g.addoption("--perf-log-dir", dest="perf_log_dir", default=".perftests/logs", metavar="DIR",
                 help="where a launched service's log goes (default .perftests/logs)")
     g.addoption("--perf-json", dest="perf_json", metavar="PATH",
@@ -56,10 +73,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "perf(repeats=None, warmup=None): per-test overrides of the gate's settings")
+    if config.getoption("perf_update") and not (config.getoption("perf_reason") or "").strip():
+        raise pytest.UsageError("--update-baselines needs --reason \"why the baseline changes\"")
     # An explicit --hw is checked now, so a typo fails before anything is collected or launched.
     if config.getoption("perf_hw"):
         try:
-            _session(config)
+            _gate(config)
         except ConfigError as e:
             raise pytest.UsageError(str(e)) from None
 
@@ -92,18 +111,62 @@ def _session(config: pytest.Config) -> PerfSession:
             raise ConfigError(f"--perf-contexts: context lengths must be positive, got {contexts}")
     settings = Settings.from_profile(
         profile, contexts=contexts, repeats=opt("perf_repeats"), warmup=opt("perf_warmup"),
-        cache_mode=opt("perf_cache_mode"), prompt_mode=opt("perf_prompt"), seed=opt("perf_seed"))
+        cache_mode=opt("perf_cache_mode"), prompt_mode=opt("perf_prompt"), seed=opt("perf_seed"),
+        stream_check=opt("perf_stream_check") or None)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
 
     def progress(msg: str) -> None:
-        if reporter is not None and config.getoption("verbose") > 0:
+        # The terminal writer was made before capture started, so this shows even mid-test:
+        # a first run's 5-minute build must not look like a hang.
+        if reporter is not None:
+            reporter.ensure_newline()
             reporter.write_line(f"[perftests] {msg}")
+
+    def detail(msg: str) -> None:
+        if config.getoption("verbose") > 0:
+            progress(msg)
 
     sess = PerfSession(profile=profile, settings=settings,
                        service_url=opt("perf_service_url"), api_key_env=opt("perf_api_key_env"),
-                       log_dir=Path(opt("perf_log_dir")), progress=progress)
+                       log_dir=Path(opt("perf_log_dir")), progress=progress, detail=detail)
     config.stash[_KEY] = sess
     return sess
+
+
+def _baseline_path(config: pytest.Config, profile: profiles.Profile) -> Path:
+    rel = profile.defaults.baseline or f"baselines/{profile.name}.yaml"
+    path = Path(rel)
+    return path if path.is_absolute() else config.rootpath / path
+
+
+def _gate(config: pytest.Config) -> Gate:
+    if _GATE in config.stash:
+        return config.stash[_GATE]
+    sess = _session(config)
+    opt = config.getoption
+    d = sess.profile.defaults
+    other = None
+    if opt("perf_provisional_from"):
+        extra = [Path(x) for x in opt("perf_profile_dir")]
+        other = _baseline_path(config, profiles.load(opt("perf_provisional_from"), extra))
+    tol = opt("perf_tolerance") if opt("perf_tolerance") is not None else d.tolerance
+    if not 0 < tol < 1:
+        raise ConfigError(f"--perf-tolerance: expected a fraction between 0 and 1, got {tol}")
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+
+    def warn(msg: str) -> None:
+        if reporter is not None:
+            reporter.ensure_newline()
+            reporter.write_line(f"[perftests] WARNING: {msg}", yellow=True, bold=True)
+
+    gate = Gate(session=sess,
+                baseline_path=Path(opt("perf_baseline")) if opt("perf_baseline")
+                else _baseline_path(config, sess.profile),
+                tolerance=tol, reruns=d.reruns if opt("perf_reruns") is None else opt("perf_reruns"),
+                update=opt("perf_update"), reason=opt("perf_reason"), provisional_from=other,
+                fingerprint_policy=d.fingerprint_mismatch, warn=warn)
+    config.stash[_GATE] = gate
+    return gate
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -130,14 +193,35 @@ def perf_service(perf_session: PerfSession) -> Any:
     return perf_session.open()
 
 
+@pytest.fixture(scope="session")
+def perf_gate(request: pytest.FixtureRequest, perf_session: PerfSession) -> Gate:
+    """The gate's judgement: baseline, comparisons, verdict, refresh."""
+    try:
+        return _gate(request.config)
+    except ConfigError as e:
+        raise pytest.UsageError(str(e)) from None
+
+
 @pytest.fixture
-def perf_point(request: pytest.FixtureRequest, perf_session: PerfSession, perf_context: int) -> Point:
-    """Measure one context point. Service failures raise here (ERROR, run stops); an invalid
-    measurement raises here too, because there is no figure to judge."""
+def perf_point(request: pytest.FixtureRequest, perf_gate: Gate, perf_context: int) -> GatePoint:
+    """Measure one context point and judge it against the baseline (re-measuring while it is
+    inconclusive). Service failures raise here: an ERROR, and the run stops. A missing baseline
+    is carried to the test, which fails with how to create one."""
     marker = request.node.get_closest_marker("perf")
     kw = dict(marker.kwargs) if marker else {}
     try:
-        return perf_session.measure(perf_context, repeats=kw.get("repeats"), warmup=kw.get("warmup"))
+        point = perf_gate.session.measure(perf_context, repeats=kw.get("repeats"),
+                                          warmup=kw.get("warmup"))
+        if perf_gate.update:
+            return GatePoint(point)
+        try:
+            comparison = perf_gate.judge(point)
+        except BaselineMissing as e:
+            return GatePoint(point, problem=str(e))
+        for name, value in (("ratio", comparison.ratio), ("baseline_tps", comparison.expected),
+                            ("status", comparison.status)):
+            request.node.user_properties.append((f"perf_{name}", value))
+        return GatePoint(point, comparison)
     except ServiceError:
         request.session.shouldstop = "perftests: the service under test failed; no verdict"
         raise
@@ -153,12 +237,36 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     tr.write_sep("=", f"perftests: {sess.profile.name} ({sess.profile.service.engine})")
     if sess.points:
         tr.write_line(curve_table(list(sess.points.values())))
+    gate = config.stash.get(_GATE, None)
+    if gate is not None:
+        _summarize_gate(tr, gate)
     if sess.run_error:
         tr.write_line("")
         tr.write_line(f"RUN ERROR (not a regression): {sess.run_error}", red=True, bold=True)
     path = Path(config.getoption("perf_json") or f".perftests/last-run-{sess.profile.name}.json")
     try:
-        sess.record().write(path)
+        record = sess.record()
+        if gate is not None and gate.verdict is not None:
+            record.verdict = gate.verdict.to_dict()
+        record.write(path)
         tr.write_line(f"run record: {path}")
     except (OSError, PerftestsError) as e:
         tr.write_line(f"could not write run record {path}: {e}", red=True)
+
+
+def _summarize_gate(tr: Any, gate: Gate) -> None:
+    for w in gate.warnings:
+        tr.write_line(f"WARNING: {w}", yellow=True)
+    if gate.comparisons:
+        b = gate._baseline
+        tag = " PROVISIONAL" if b is not None and b.provisional else ""
+        tr.write_sep("-", f"against{tag} baseline {gate.baseline_path}")
+        tr.write_line(comparison_table(list(gate.comparisons.values())))
+    if gate.verdict is not None:
+        v = gate.verdict
+        tr.write_line("")
+        for i, line in enumerate(v.explanation().splitlines()):
+            tr.write_line(line, green=v.passed and i == 0, red=not v.passed and i == 0, bold=i == 0)
+    if gate.written is not None:
+        tr.write_sep("-", f"baseline written: {gate.baseline_path}")
+        tr.write_line(gate.written)

@@ -51,6 +51,9 @@ class GateDefaults:
     warmup: int = 1
     tolerance: float = 0.05  # relative drop allowed before a point can fail
     baseline: str | None = None
+    reruns: int = 2  # re-measurements of an inconclusive point before the run concludes
+    inconclusive: str = "pass"  # pass (with a warning) | fail: what a still-inconclusive curve does
+    fingerprint_mismatch: str = "warn"  # warn | fail: a run on other hardware than the baseline's
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,13 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
     return " or ".join(names.get(k, k.__name__) for k in _as_tuple(kind))
 
 
+def _choice(doc: _Doc, key: str, allowed: tuple[str, ...], default: str) -> str:
+    value = doc.get(key, str, default)
+    if value not in allowed:
+        raise doc.error(key, f"expected one of {', '.join(allowed)}, got {value!r}")
+    return value
+
+
 def parse_file(path: Path) -> Profile:
     try:
         text = path.read_text()
@@ -176,7 +186,8 @@ def parse_file(path: Path) -> Profile:
     doc.check_keys("service.launch", {"argv", "env", "startup_timeout_s", "shutdown_grace_s"})
     doc.check_keys("service.timeouts", {"connect_s", "request_s"})
     doc.check_keys("sweep", {"contexts", "short_tokens", "long_tokens"})
-    doc.check_keys("defaults", {"repeats", "warmup", "tolerance", "baseline"})
+    doc.check_keys("defaults", {"repeats", "warmup", "tolerance", "baseline", "reruns",
+                                "inconclusive", "fingerprint_mismatch"})
 
     name = doc.get("name", str, path.stem)
     if name != path.stem:
@@ -236,6 +247,9 @@ def parse_file(path: Path) -> Profile:
         warmup=doc.get("defaults.warmup", int, 1),
         tolerance=tol,
         baseline=doc.get("defaults.baseline", str, None),
+        reruns=doc.get("defaults.reruns", int, 2),
+        inconclusive=_choice(doc, "defaults.inconclusive", ("pass", "fail"), "pass"),
+        fingerprint_mismatch=_choice(doc, "defaults.fingerprint_mismatch", ("warn", "fail"), "warn"),
     )
     return Profile(name=name, path=path, description=doc.get("description", str, ""),
                    service=service, sweep=sweep, defaults=defaults)

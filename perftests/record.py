@@ -40,6 +40,7 @@ class RunRecord:
     created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     commit: str | None = None
     tool_version: str = __version__
+    verdict: dict[str, Any] | None = None  # set by the gate when it judged the run
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -48,6 +49,7 @@ class RunRecord:
             "service_url": self.service_url, "launched": self.launched, "server": self.server,
             "machine": self.machine, "settings": self.settings, "errors": self.errors,
             "points": [p.to_dict() for p in sorted(self.points, key=lambda p: p.context)],
+            "verdict": self.verdict,
         }
 
     @classmethod
@@ -58,7 +60,7 @@ class RunRecord:
                    launched=d["launched"], server=d["server"], machine=d["machine"],
                    settings=d["settings"], points=[Point.from_dict(p) for p in d["points"]],
                    errors=list(d.get("errors", [])), created=d["created"], commit=d.get("commit"),
-                   tool_version=d.get("tool_version", "?"))
+                   tool_version=d.get("tool_version", "?"), verdict=d.get("verdict"))
 
     def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def resolve_placeholders(argv: tuple[str, ...] | list[str], *, host: str, port: int,
-                         where: str = "launch.argv") -> list[str]:
+                         where: str = "launch.argv",
+                         progress: Callable[[str], None] | None = None) -> list[str]:
     """Expand {port}, {host}, {cache}, {cache:SUBDIR}, {env:VAR}, {model:NAME},
     {llama_server} and {llama_server_cuda}.
 
@@ -55,7 +56,8 @@ def resolve_placeholders(argv: tuple[str, ...] | list[str], *, host: str, port: 
             return str(model_path(arg))
         if name in ("llama_server", "llama_server_cuda"):
             from perftests.reference.build import CUDA_FLAGS, ensure_llama_server
-            return str(ensure_llama_server(CUDA_FLAGS if name.endswith("cuda") else ()))
+            flags = CUDA_FLAGS if name.endswith("cuda") else ()
+            return str(ensure_llama_server(flags, progress=progress))
         raise ConfigError(f"{where}: unknown placeholder {m.group(0)}; known: {{port}}, {{host}}, "
                           "{cache}, {cache:SUBDIR}, {env:VAR}, {model:NAME}, {llama_server}, "
                           "{llama_server_cuda}")
@@ -131,7 +133,7 @@ def launch(spec: ServiceSpec, launch_spec: LaunchSpec, *, log_dir: Path,
     """Start the service from its argv (no shell), wait until healthy, or fail with the log tail."""
     host = "127.0.0.1"
     port = free_port(host)
-    argv = resolve_placeholders(launch_spec.argv, host=host, port=port)
+    argv = resolve_placeholders(launch_spec.argv, host=host, port=port, progress=progress)
     env = {k: _PLACEHOLDER.sub(lambda m: str(port) if m.group(1) == "port" else m.group(0), v)
            for k, v in launch_spec.env.items()}
     log_path = log_dir / f"{label}-{time.strftime('%Y%m%d-%H%M%S')}-{port}.log"

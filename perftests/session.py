@@ -30,6 +30,7 @@ class Settings:
     prompt_mode: Mode = "corpus"
     seed: int = 0
     max_retries: int = 3
+    stream_check: bool = False
 
     @classmethod
     def from_profile(cls, profile: Profile, **overrides: object) -> Settings:
@@ -46,7 +47,8 @@ class PerfSession:
     service_url: str | None = None
     api_key_env: str | None = None
     log_dir: Path = Path(".perftests/logs")
-    progress: Callable[[str], None] | None = None
+    progress: Callable[[str], None] | None = None  # always shown: build, launch, each point
+    detail: Callable[[str], None] | None = None  # shown when verbose: each pair
     service: Service | None = None
     points: dict[int, Point] = field(default_factory=dict)
     run_error: str | None = None
@@ -90,12 +92,18 @@ class PerfSession:
         try:
             point = meter.measure(
                 context, repeats=repeats or self.settings.repeats,
-                warmup=self.settings.warmup if warmup is None else warmup, progress=self.progress)
+                warmup=self.settings.warmup if warmup is None else warmup, progress=self.detail)
+            if self.settings.stream_check:
+                meter.stream_check(point)
         except ServiceError as e:
             err = self.service.explain_failure(e) if self.service else e
             self.run_error = f"service failed during the run (ctx={context}): {err}"
             raise ServiceError(self.run_error) from None
         self.points[context] = point
+        if self.progress:
+            s = point.tps()
+            self.progress(f"ctx={context}: {s.median:.1f} tok/s [{s.ci_low:.1f}, {s.ci_high:.1f}] "
+                          f"n={s.n}" + (f" ({s.warning})" if s.warning else ""))
         return point
 
     def record(self) -> RunRecord:

@@ -3,6 +3,7 @@ service code, once per configuration per test session."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,6 +14,14 @@ from perftests.service import Service, launch
 
 pytest_plugins = ["pytester"]
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    # pytester gives each test a fresh HOME; pin the reference cache so the subprocess runs reuse
+    # the one llama-server build instead of compiling it again per test.
+    from perftests.reference.cache import cache_dir
+
+    os.environ.setdefault("PERFTESTS_CACHE", str(cache_dir()))
+
 TESTS_DIR = Path(__file__).parent
 
 
@@ -20,6 +29,7 @@ def reference_argv(*, draft: str | None = None, ctx_size: int = 4096,
                    extra: tuple[str, ...] = ()) -> tuple[str, ...]:
     argv = ["{llama_server}", "--model", "{model:target}", "--host", "{host}", "--port", "{port}",
             "--threads", "2", "--ctx-size", str(ctx_size), "--parallel", "1", "--metrics",
+            "--flash-attn", "off",
             "--slot-save-path", "{cache:slots}/", "--no-ui"]
     if draft:
         argv += ["--model-draft", "{model:" + draft + "}", "--spec-type", "draft-simple",

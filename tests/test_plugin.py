@@ -61,23 +61,49 @@ def test_unreachable_service_is_a_run_error_not_a_failure(pytester):
 
 def test_gate_against_sglang_standin_never_shows_the_api_key(pytester, monkeypatch):
     monkeypatch.setenv("STANDIN_KEY", SECRET)
+    base_file = pytester.path / "baselines" / "standin.yaml"
+    common = ["--hw", "standin", "--perf-profile-dir", str(pytester.path), "-p", "no:cacheprovider",
+              "--perf-baseline", str(base_file), "--perf-log-dir", str(pytester.path / "logs")]
     with SGLangStandIn(api_key=SECRET, accept_length=4.0, step_ms=2.0) as sg:
         sglang_profile(pytester.path, sg.url, api_key_env="STANDIN_KEY")
+        create = pytester.runpytest_subprocess(GATE, *common, "--update-baselines",
+                                               "--reason", "first baseline for the stand-in")
         record = pytester.path / "run.json"
-        logs = pytester.path / "logs"
         result = pytester.runpytest_subprocess(
-            GATE, "--hw", "standin", "--perf-profile-dir", str(pytester.path), "-v", "-rA",
-            "--perf-json", str(record), "--perf-log-dir", str(logs), "-p", "no:cacheprovider",
+            GATE, *common, "-v", "-rA", "--perf-json", str(record),
             "--junitxml", str(pytester.path / "junit.xml"))
         assert sg.headers_seen and all(h.get("Authorization") == f"Bearer {SECRET}"
                                        for h in sg.headers_seen)
-    result.assert_outcomes(passed=2)
+    create.assert_outcomes(passed=3)
+    assert "baseline written" in create.stdout.str()
+    result.assert_outcomes(passed=3)
     out = result.stdout.str() + result.stderr.str()
     assert "ctx=64" in out and "ctx=256" in out
+    assert "verdict: PASS" in out
     data = json.loads(record.read_text())
     assert data["schema"] == "perftests.run/1"
+    assert data["verdict"]["kind"] == "pass"
     assert [p["context"] for p in data["points"]] == [64, 256]
     assert data["points"][0]["summary"]["acceptance_length"]["median"] == pytest.approx(4.0, rel=0.05)
-    texts = [out, record.read_text(), (pytester.path / "junit.xml").read_text()]
-    texts += [p.read_text(errors="replace") for p in logs.rglob("*") if p.is_file()]
+    texts = [out, create.stdout.str(), record.read_text(), base_file.read_text(),
+             (pytester.path / "junit.xml").read_text()]
+    texts += [p.read_text(errors="replace") for p in (pytester.path / "logs").rglob("*") if p.is_file()]
     assert not any(SECRET in t for t in texts), "the API key leaked into output, record or logs"
+
+
+def test_missing_baseline_fails_saying_how_to_create_it(pytester):
+    with SGLangStandIn() as sg:
+        sglang_profile(pytester.path, sg.url)
+        result = pytester.runpytest_subprocess(
+            GATE, "--hw", "standin", "--perf-profile-dir", str(pytester.path), "-p", "no:cacheprovider",
+            "--perf-baseline", str(pytester.path / "none.yaml"))
+    result.assert_outcomes(failed=3)
+    out = result.stdout.str()
+    assert "no baseline for hardware 'standin'" in out
+    assert "--update-baselines --reason" in out
+
+
+def test_update_without_reason_is_a_usage_error(pytester):
+    result = pytester.runpytest_subprocess(GATE, "--hw", "cpu-reference", "--update-baselines")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--update-baselines needs --reason" in result.stderr.str()

@@ -3,6 +3,7 @@ measurement needs (health, info, tokenize, flush). Adapters translate, they neve
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -53,6 +54,42 @@ class RequestResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass
+class StreamResult:
+    """A streamed request: the arrival time of each event and the tokens it carried.
+
+    Under speculative decoding one event can carry several tokens, so gaps between events are not
+    per-token latency; decode rate is tokens after the first event over the time they took."""
+
+    engine: str
+    requested_tokens: int
+    wall_s: float
+    ttft_s: float | None
+    completion_tokens: int
+    finish_reason: str
+    events: list[tuple[float, int]] = field(default_factory=list)  # (s since send, tokens)
+
+    @property
+    def decode_tps(self) -> float | None:
+        if len(self.events) < 2:
+            return None
+        t0, n0 = self.events[0]
+        t1 = self.events[-1][0]
+        tokens = sum(n for _, n in self.events) - n0
+        return tokens / (t1 - t0) if t1 > t0 else None
+
+    @property
+    def tokens_per_event(self) -> float | None:
+        counted = [n for _, n in self.events if n > 0]
+        return sum(counted) / len(counted) if counted else None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["decode_tps"] = self.decode_tps
+        d["tokens_per_event"] = self.tokens_per_event
+        return d
 
 
 @dataclass
@@ -138,6 +175,44 @@ class EngineAdapter:
     def generate(self, prompt: Prompt, max_tokens: int, *, ignore_eos: bool = True,
                  cache_prompt: bool = True) -> RequestResult:
         raise NotImplementedError
+
+    def stream(self, prompt: Prompt, max_tokens: int) -> StreamResult:
+        """Generate with streaming on; records when each event arrived and its token count."""
+        path, body = self._stream_body(prompt, max_tokens)
+        events: list[tuple[float, int]] = []
+        seen = 0
+        finish = "none"
+        t0 = time.perf_counter()
+        try:
+            with self._client.stream("POST", path, json=body) as resp:
+                if resp.status_code >= 400:
+                    resp.read()
+                    raise EngineError(f"{self.name}: streaming {path} answered {resp.status_code}: "
+                                      f"{resp.text[:300]}")
+                for line in resp.iter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    payload = line[5:].strip()
+                    if payload == "[DONE]":
+                        break
+                    now = time.perf_counter() - t0
+                    total, reason = self._stream_progress(json.loads(payload), seen)
+                    if total > seen:
+                        events.append((now, total - seen))
+                        seen = total
+                    finish = reason or finish
+        except httpx.TransportError as e:
+            raise ServiceError(f"POST {self.base_url}{path} (stream): service unreachable ({e})") from None
+        wall = time.perf_counter() - t0
+        return StreamResult(self.name, max_tokens, wall, events[0][0] if events else None, seen,
+                            finish, events)
+
+    def _stream_body(self, prompt: Prompt, max_tokens: int) -> tuple[str, dict[str, Any]]:
+        raise NotSupportedError(f"{self.name}: streaming is not supported")
+
+    def _stream_progress(self, event: dict[str, Any], seen: int) -> tuple[int, str | None]:
+        """(cumulative completion tokens after this event, finish reason if it is the last)."""
+        raise NotSupportedError(f"{self.name}: streaming is not supported")
 
     @staticmethod
     def _require(data: dict[str, Any], key: str, where: str) -> Any:

@@ -50,6 +50,18 @@ class LlamaCppAdapter(EngineAdapter):
         data, t0, wall = self._timed_post("/completion", body)
         return self.parse(data, requested=max_tokens, started=t0, wall=wall)
 
+    def _stream_body(self, prompt: Prompt, max_tokens: int) -> tuple[str, dict[str, Any]]:
+        body = {"prompt": prompt if isinstance(prompt, str) else list(prompt), "n_predict": max_tokens,
+                "ignore_eos": True, "cache_prompt": False, "temperature": 0.0, "top_k": 1,
+                "stream": True}
+        return "/completion", body
+
+    def _stream_progress(self, event: dict[str, Any], seen: int) -> tuple[int, str | None]:
+        # tokens_predicted is cumulative in every partial result.
+        total = int(event.get("tokens_predicted", seen + len(event.get("tokens", []))))
+        reason = _FINISH.get(event.get("stop_type", ""), None) if event.get("stop") else None
+        return total, reason
+
     @classmethod
     def parse(cls, data: dict[str, Any], *, requested: int, started: float, wall: float) -> RequestResult:
         timings = cls._require(data, "timings", "/completion")

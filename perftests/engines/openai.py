@@ -54,6 +54,26 @@ class OpenAIAdapter(EngineAdapter):
         data, t0, wall = self._timed_post("/v1/completions", body)
         return self.parse(data, requested=max_tokens, started=t0, wall=wall)
 
+    def _stream_body(self, prompt: Prompt, max_tokens: int) -> tuple[str, dict[str, Any]]:
+        body: dict[str, Any] = {
+            "prompt": prompt if isinstance(prompt, str) else list(prompt), "max_tokens": max_tokens,
+            "min_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if model := self._model_name():
+            body["model"] = model
+        return "/v1/completions", body
+
+    def _stream_progress(self, event: dict[str, Any], seen: int) -> tuple[int, str | None]:
+        # OpenAI chunks do not say how many tokens they carry: count one per non-empty chunk,
+        # and take the exact total from the final usage chunk when the server sends one.
+        usage = event.get("usage")
+        choices = event.get("choices") or [{}]
+        reason = choices[0].get("finish_reason") if choices else None
+        if usage and usage.get("completion_tokens") is not None:
+            return max(int(usage["completion_tokens"]), seen), reason
+        return seen + (1 if choices and choices[0].get("text") else 0), reason
+
     @classmethod
     def parse(cls, data: dict[str, Any], *, requested: int, started: float, wall: float) -> RequestResult:
         usage = cls._require(data, "usage", "/v1/completions")

@@ -62,6 +62,22 @@ class SGLangAdapter(EngineAdapter):
         data, t0, wall = self._timed_post("/generate", body)
         return self.parse(data, requested=max_tokens, started=t0, wall=wall)
 
+    def _stream_body(self, prompt: Prompt, max_tokens: int) -> tuple[str, dict[str, Any]]:
+        body: dict[str, Any] = {
+            "sampling_params": {"max_new_tokens": max_tokens, "min_new_tokens": max_tokens,
+                                "ignore_eos": True, "temperature": 0.0},
+            "stream": True,
+        }
+        body["text" if isinstance(prompt, str) else "input_ids"] = (
+            prompt if isinstance(prompt, str) else list(prompt))
+        return "/generate", body
+
+    def _stream_progress(self, event: dict[str, Any], seen: int) -> tuple[int, str | None]:
+        meta = event.get("meta_info") or {}
+        finish = meta.get("finish_reason")
+        reason = finish.get("type") if isinstance(finish, dict) else None
+        return int(meta.get("completion_tokens", seen)), reason
+
     @classmethod
     def parse(cls, data: dict[str, Any], *, requested: int, started: float, wall: float) -> RequestResult:
         meta = cls._require(data, "meta_info", "/generate")

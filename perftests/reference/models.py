@@ -12,6 +12,7 @@ the draft's weights relate to the target's:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -143,11 +144,34 @@ def write_gguf(path: Path, spec: ModelSpec, weights: dict[str, np.ndarray], name
 _MIX = re.compile(r"^draft-mix-(0?\.\d+|1(\.0*)?|0)$")
 
 
+def _with_overrides(name: str, spec: ModelSpec) -> tuple[str, ModelSpec]:
+    """``target@n_ff=3072,dtype=f32`` -> ("target", spec with those fields): a changed model for
+    injecting real regressions (a wider FFN costs the same extra at every context)."""
+    if "@" not in name:
+        return name, spec
+    base, _, over = name.partition("@")
+    fields = {f.name: f.type for f in dataclasses.fields(ModelSpec)}
+    changes: dict[str, object] = {}
+    for item in filter(None, over.split(",")):
+        key, _, value = item.partition("=")
+        if key not in fields or key == "seed":
+            raise ConfigError(f"model '{name}': unknown field '{key}'; known: "
+                              f"{', '.join(k for k in fields if k != 'seed')}")
+        try:
+            changes[key] = value if key == "dtype" else int(value)
+        except ValueError:
+            raise ConfigError(f"model '{name}': {key} must be an integer, got {value!r}") from None
+    if changes.get("dtype", spec.dtype) not in ("f16", "f32"):
+        raise ConfigError(f"model '{name}': dtype must be f16 or f32")
+    return base, replace(spec, **changes)
+
+
 def model_path(name: str, spec: ModelSpec | None = None) -> Path:
     """Path of the named reference model, written on first use.
 
-    Names: ``target``, ``draft-identical``, ``draft-unrelated``, ``draft-mix-P``."""
-    spec = spec or ModelSpec()
+    Names: ``target``, ``draft-identical``, ``draft-unrelated``, ``draft-mix-P``, each optionally
+    with ``@field=value,...`` overriding the model's shape (``target@n_ff=3072``)."""
+    name, spec = _with_overrides(name, spec or ModelSpec())
     mix: float | None = None
     if name in ("target", "draft-identical"):
         seed = spec.seed

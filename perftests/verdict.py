@@ -1,0 +1,232 @@
+"""The verdict for a whole curve, named and explained with numbers a person can check.
+
+The reasoning it automates: check acceptance first (did the target start rejecting drafts?);
+then ask how the drop depends on context. A drop by a similar ratio everywhere is the constant
+cost of a step growing (systemic); a ratio that worsens as context grows is the linear term, the
+part that reads the KV cache (attention). A point the baseline never measured is judged against
+the fitted curve, so a low figure at long context that the curve predicts is expected scaling."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from perftests.baseline import Baseline
+from perftests.compare import PointComparison
+from perftests.scaling import ScalingModel, fit_curve
+
+
+class Kind(str, Enum):
+    PASS = "pass"
+    EXPECTED_SCALING = "expected scaling"
+    IMPROVEMENT = "improvement"
+    INCONCLUSIVE = "inconclusive"
+    UNIFORM = "uniform regression"
+    CONTEXT_DEPENDENT = "context-dependent regression"
+    ACCEPTANCE_COLLAPSE = "acceptance collapse"
+
+
+FAILING = {Kind.UNIFORM, Kind.CONTEXT_DEPENDENT, Kind.ACCEPTANCE_COLLAPSE}
+
+MEANING = {
+    Kind.UNIFORM: "a cost every step pays grew (the constant term): usually configuration, build "
+                  "flags, a parser, sampler or scheduler change, GPU clocks or power limits, or a "
+                  "slower kernel for the weights/MoE",
+    Kind.CONTEXT_DEPENDENT: "a cost that grows with the KV cache grew (the linear term): usually the "
+                            "attention backend (e.g. Triton instead of FlashMLA/FlashAttention), the "
+                            "KV-cache dtype or layout, or paging",
+    Kind.ACCEPTANCE_COLLAPSE: "the target rejects the drafts: usually the draft model or its weights, "
+                              "the tree shape or draft length, the draft's context window, or a "
+                              "tokenizer or chat-template mismatch between draft and target",
+}
+
+
+@dataclass
+class CurveVerdict:
+    kind: Kind
+    points: list[PointComparison]
+    lines: list[str] = field(default_factory=list)
+    measured_model: ScalingModel | None = None
+    provisional: bool = False
+
+    @property
+    def passed(self) -> bool:
+        return self.kind not in FAILING
+
+    def explanation(self) -> str:
+        head = f"verdict: {self.kind.value.upper()}"
+        if self.provisional:
+            head += " (against a PROVISIONAL baseline)"
+        return "\n".join([head, *self.lines])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind.value, "passed": self.passed, "provisional": self.provisional,
+                "explanation": self.lines, "points": [p.to_dict() for p in self.points],
+                "measured_model": self.measured_model.to_dict() if self.measured_model else None}
+
+
+def _pct(x: float) -> str:
+    return f"{x - 1:+.1%}"
+
+
+def classify(points: list[PointComparison], baseline: Baseline) -> CurveVerdict:
+    pts = sorted(points, key=lambda p: p.context)
+    tol = max((p.tolerance for p in pts), default=0.05)
+    v = CurveVerdict(Kind.PASS, pts, provisional=baseline.provisional)
+    if not pts:
+        v.kind = Kind.INCONCLUSIVE
+        v.lines.append("no point was compared")
+        return v
+    failing = [p for p in pts if p.status == "fail"]
+    ratios = ", ".join(f"{p.context}: {p.ratio:.3f}" for p in pts)
+    v.lines.append(f"ratio measured/baseline per context: {ratios}")
+    v.measured_model = _measured_model(pts, baseline)
+
+    # 1. Acceptance first: a drafting problem shows as fewer tokens per step at a held step time.
+    acc = [(p.measured_acceptance / p.expected_acceptance, p) for p in pts
+           if p.measured_acceptance and p.expected_acceptance]
+    if acc and (failing or any(p.status == "inconclusive" for p in pts)):
+        acc_ratio = _median([r for r, _ in acc])
+        if acc_ratio < 1 - 2 * tol:
+            steps = [p.measured_step_ms / p.expected_step_ms for _, p in acc
+                     if p.measured_step_ms and p.expected_step_ms]
+            step_ratio = _median(steps) if steps else math.nan
+            v.kind = Kind.ACCEPTANCE_COLLAPSE
+            first = acc[0][1]
+            v.lines.append(
+                f"acceptance length fell {_pct(acc_ratio)} (e.g. ctx={first.context}: "
+                f"{first.measured_acceptance:.2f} tokens/step vs {first.expected_acceptance:.2f})"
+                + (f"; step time {'held' if abs(step_ratio - 1) <= 2 * tol else 'moved'} "
+                   f"({_pct(step_ratio)})" if steps else ""))
+            v.lines.append(f"this usually means {MEANING[v.kind]}")
+            return v
+
+    if not failing:
+        improved = [p for p in pts if p.status == "improved"]
+        inconclusive = [p for p in pts if p.status == "inconclusive"]
+        from_model = [p for p in pts if p.source == "model" and p.status == "pass"]
+        shortest = baseline.points[0]
+        if inconclusive:
+            v.kind = Kind.INCONCLUSIVE
+            v.lines.append("drops beyond tolerance that the noise could explain, after re-measuring: "
+                           + "; ".join(p.describe() for p in inconclusive))
+            v.lines.append("add repeats (--perf-repeats) or quiet the machine to decide")
+        elif improved and len(improved) >= (len(pts) + 1) // 2:
+            v.kind = Kind.IMPROVEMENT
+            v.lines.append(f"{len(improved)} of {len(pts)} points are faster than the baseline beyond "
+                           f"tolerance: refresh it (--update-baselines --reason ...) so the gate "
+                           f"guards the new level")
+        elif any(p.measured < shortest.tps * (1 - tol) for p in from_model):
+            v.kind = Kind.EXPECTED_SCALING
+            for p in from_model:
+                v.lines.append(
+                    f"ctx={p.context}: {p.measured:.1f} tok/s is {shortest.tps / p.measured:.1f}x below "
+                    f"the baseline's {shortest.tps:.1f} at ctx={shortest.context}, and the fitted "
+                    f"curve predicts {p.expected:.1f} ({_pct(p.ratio)}): this is how this hardware "
+                    f"scales with context, not a regression")
+        return v
+
+    # 2. A drop: which term of the model moved?
+    short, long = pts[0], pts[-1]
+    worsening = short.ratio - long.ratio
+    fails = "; ".join(f"ctx={p.context} {_pct(p.ratio)}" for p in failing)
+    v.lines.append(f"failing points: {fails} (tolerance -{tol:.0%}, each significant at 95%)")
+    if len(pts) >= 2 and worsening > tol:
+        v.kind = Kind.CONTEXT_DEPENDENT
+        v.lines.append(f"the ratio worsens with context: {short.ratio:.3f} at ctx={short.context}, "
+                       f"{long.ratio:.3f} at ctx={long.context}")
+    else:
+        v.kind = Kind.UNIFORM
+        spread = max(p.ratio for p in pts) - min(p.ratio for p in pts)
+        if spread <= 2 * tol:
+            v.lines.append(f"every point is down by a similar ratio (spread {spread:.3f} across "
+                           f"{short.context}..{long.context})")
+        else:
+            v.lines.append(f"the drop is largest at short context ({short.ratio:.3f} at "
+                           f"ctx={short.context}, {long.ratio:.3f} at ctx={long.context}): an extra "
+                           f"cost per step weighs most where attention is cheap")
+    if v.measured_model is not None:
+        v.lines.append(_terms(baseline.model, v.measured_model))
+    v.lines.append(f"this usually means {MEANING[v.kind]}")
+    return v
+
+
+def _terms(base: ScalingModel, now: ScalingModel) -> str:
+    unit = "ms/step" if base.kind == "step_ms" else "ms/token"
+
+    def change(a: float, b: float) -> str:
+        return f"{_pct(b / a)}" if a > 0 else "new"
+
+    return (f"model terms: constant {base.a_ms:.3f} -> {now.a_ms:.3f} {unit} "
+            f"({change(base.a_ms, now.a_ms)}), per 1k context {base.b_ms_per_token * 1000:.3f} -> "
+            f"{now.b_ms_per_token * 1000:.3f} {unit} ({change(base.b_ms_per_token, now.b_ms_per_token)})")
+
+
+def _measured_model(pts: list[PointComparison], baseline: Baseline) -> ScalingModel | None:
+    if len(pts) < 2:
+        return None
+    acc = [p.measured_acceptance for p in pts] if baseline.model.kind == "step_ms" else None
+    try:
+        return fit_curve([p.context for p in pts], [p.measured for p in pts], acc)
+    except ValueError:
+        return None
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+# -- triage without a run -----------------------------------------------------------------
+
+def explain_report(baseline: Baseline, ctx: int, tps: float, acceptance: float | None,
+                   tolerance: float) -> tuple[str, str]:
+    """Answer "someone saw `tps` at `ctx`: is that expected?" from the stored curve alone.
+
+    Returns (kind, text)."""
+    m = baseline.model
+    bp = baseline.point(ctx)
+    base_acc = (bp.acceptance_length if bp else None) or m.acceptance_length
+    expected = bp.tps if bp else m.tps(ctx)
+    band = max(tolerance, 2 * bp.tps_mad * 1.4826 / bp.tps) if bp else m.band(tolerance)
+    src = f"baseline point at ctx={ctx}" if bp else (
+        f"fitted model {m.kind} = {m.a_ms:.2f} + {m.b_ms_per_token * 1000:.3f}/1k * ctx "
+        f"(fitted on {', '.join(map(str, m.contexts))})")
+    lines = [f"expected at ctx={ctx}: {expected:.1f} tok/s, band {expected * (1 - band):.1f}.."
+             f"{expected * (1 + band):.1f} (+-{band:.0%}), from the {src}"]
+    if baseline.provisional:
+        lines.append("(the stored curve is PROVISIONAL: scaled from other hardware)")
+    ratio = tps / expected
+    if acceptance and base_acc and acceptance < base_acc * (1 - 2 * tolerance):
+        step = 1000 * acceptance / tps
+        exp_step = 1000 * base_acc / expected
+        lines.append(f"reported {tps:.1f} tok/s with {acceptance:.2f} tokens/step against "
+                     f"{base_acc:.2f}: step time {step:.1f} ms vs {exp_step:.1f} ms expected")
+        lines.append(f"this usually means {MEANING[Kind.ACCEPTANCE_COLLAPSE]}")
+        kind = Kind.ACCEPTANCE_COLLAPSE
+        return kind.value, "\n".join([f"verdict: {kind.value.upper()}", *lines])
+    if acceptance and m.kind == "step_ms":
+        lines.append(f"acceptance {acceptance:.2f} tokens/step held (baseline {base_acc:.2f}); step time "
+                     f"{1000 * acceptance / tps:.1f} ms vs {m.cost_ms(ctx):.1f} ms expected")
+    if ratio >= 1 - band:
+        kind = Kind.IMPROVEMENT if ratio > 1 + band else Kind.EXPECTED_SCALING
+        short = baseline.points[0]
+        lines.append(f"reported {tps:.1f} tok/s is {_pct(ratio)} from the curve: within the band"
+                     if kind is Kind.EXPECTED_SCALING else
+                     f"reported {tps:.1f} tok/s is {_pct(ratio)} above the curve")
+        if kind is Kind.EXPECTED_SCALING and tps < short.tps * (1 - tolerance):
+            lines.append(f"the drop from {short.tps:.1f} tok/s at ctx={short.context} is this "
+                         f"hardware's context scaling, not a regression")
+        return kind.value, "\n".join([f"verdict: {kind.value.upper()}", *lines])
+    share = m.constant_share(ctx)
+    kind = Kind.UNIFORM if share >= 0.5 else Kind.CONTEXT_DEPENDENT
+    lines.append(f"reported {tps:.1f} tok/s is {_pct(ratio)} from the curve: below the band, a regression")
+    lines.append(f"at ctx={ctx} the constant term is {share:.0%} of the modelled cost, so a drop "
+                 f"here most likely moved the {'constant' if share >= 0.5 else 'linear'} term; "
+                 f"measure a short and a long context to confirm (pytest perftests --hw "
+                 f"{baseline.hardware})")
+    lines.append(f"this usually means {MEANING[kind]}")
+    return kind.value, "\n".join([f"verdict: {kind.value.upper()}", *lines])

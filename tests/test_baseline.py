@@ -1,0 +1,172 @@
+"""Baseline files: round trip, bad input named by file and field, atomic refresh under kill and
+under concurrency, provisional curves, and points the baseline never measured."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import yaml
+
+from perftests import baseline as bl
+from perftests.compare import compare_point
+from perftests.errors import ConfigError
+from tests.test_verdict import make_baseline, seed_curve
+
+
+@pytest.fixture
+def stored(tmp_path):
+    b = make_baseline({64: 700.0, 512: 450.0, 2048: 130.0, 8192: 36.0})
+    b.provenance = {"machine": {"cpu_model": "X", "cpu_count": 2, "gpus": []}, "commit": "abc"}
+    path = tmp_path / "cpu.yaml"
+    bl.save(b, path)
+    return path
+
+
+def test_round_trip(stored):
+    b = bl.load(stored)
+    assert b.contexts == (64, 512, 2048, 8192)
+    assert b.point(512).tps == 450.0
+    assert b.model.kind == "token_ms"
+    text = stored.read_text()
+    assert text.startswith("# perftests baseline")
+    assert "reason: test" in text  # human-diffable: plain YAML keys
+
+
+@pytest.mark.parametrize("mutate, needle", [
+    (lambda t: t[: len(t) // 2], "corrupt baseline YAML|not a baseline file|field"),
+    (lambda t: "points: [1, 2\n", "corrupt baseline YAML"),
+    (lambda t: "", "not a baseline file"),
+    (lambda t: t.replace("tps: 450.0", "tps: 0"), r"field 'points\[1\]\.tps': must be positive"),
+    (lambda t: t.replace("tps: 450.0", "tps: -450.0"), r"field 'points\[1\]\.tps': must be positive"),
+    (lambda t: t.replace("tps: 450.0", "tps: fast"), r"field 'points\[1\]\.tps': expected a number"),
+    (lambda t: t.replace("context: 512", "context: 0"), r"field 'points\[1\]\.context'"),
+    (lambda t: t.replace("context: 512", "context: 64"), "duplicate context lengths"),
+    (lambda t: t.replace("n: 5", "n: 0", 1), r"field 'points\[0\]\.n'"),
+])
+def test_bad_baseline_names_file_and_field(stored, mutate, needle):
+    stored.write_text(mutate(stored.read_text()))
+    with pytest.raises(ConfigError, match=needle) as e:
+        bl.load(stored)
+    assert str(stored) in str(e.value)
+
+
+def test_point_the_baseline_never_measured_uses_the_model(stored):
+    b = bl.load(stored)
+    c = compare_point(b, 4096, b.model.tps(4096), 0.5, 5, 0.05)
+    assert c.source == "model"
+    assert c.ratio == pytest.approx(1.0)
+    assert c.status == "pass"
+    inside = compare_point(b, 512, 450.0, 5.0, 5, 0.05)
+    assert inside.source == "baseline"
+
+
+def test_provisional_curve_is_the_other_shape_scaled(tmp_path):
+    b300 = make_baseline({60: 285.0, 4096: 97.0}, acceptance=5.0, name="b300")
+    prov = bl.provisional_from(b300, "pro6000", 60, 138.0)
+    assert prov.provisional and "PROVISIONAL" in prov.reason
+    assert prov.point(60).tps == pytest.approx(138.0)
+    # The seed's extrapolation: the B300's 2.9x drop to 4k carried over gives ~47 tok/s.
+    assert prov.point(4096).tps == pytest.approx(47.0, abs=0.5)
+    assert prov.model.tps(4096) == pytest.approx(47.0, rel=0.02)
+
+
+_SLOW_WRITER = textwrap.dedent("""
+    import os, sys, time
+    from pathlib import Path
+    from perftests import baseline as bl
+    from tests.test_verdict import make_baseline
+    real_fsync = os.fsync
+    def slow_fsync(fd):
+        print("writing", flush=True)
+        time.sleep(30)  # killed here: the new file is half-made, the old one untouched
+        real_fsync(fd)
+    os.fsync = slow_fsync
+    bl.save(make_baseline({64: 1.0, 128: 0.5}), Path(sys.argv[1]))
+""")
+
+
+def test_refresh_killed_mid_write_leaves_the_old_file_intact(stored, tmp_path):
+    before = stored.read_bytes()
+    script = tmp_path / "writer.py"
+    script.write_text(_SLOW_WRITER)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.Popen([sys.executable, str(script), str(stored)], cwd=root,
+                            env={**os.environ, "PYTHONPATH": root}, stdout=subprocess.PIPE)
+    assert proc.stdout.readline().strip() == b"writing"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert stored.read_bytes() == before
+    assert bl.load(stored).point(512).tps == 450.0
+
+
+_WRITER = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from perftests import baseline as bl
+    from tests.test_verdict import make_baseline
+    tps = float(sys.argv[2])
+    for i in range(40):
+        bl.save(make_baseline({64: tps, 128: tps / 2, 256: tps / 3}), Path(sys.argv[1]))
+""")
+
+
+def test_two_refreshes_at_once_never_corrupt_the_file(stored, tmp_path):
+    script = tmp_path / "writer.py"
+    script.write_text(_WRITER)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root}
+    procs = [subprocess.Popen([sys.executable, str(script), str(stored), tps], cwd=root, env=env)
+             for tps in ("111", "222")]
+    seen = set()
+    while any(p.poll() is None for p in procs):
+        b = bl.load(stored)  # must always parse: one whole file or the other
+        seen.add(b.point(64).tps)
+        time.sleep(0.005)
+    assert all(p.returncode == 0 for p in procs)
+    assert bl.load(stored).point(64).tps in (111.0, 222.0)
+    assert seen <= {700.0, 111.0, 222.0}
+    assert not [p for p in stored.parent.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_history_keeps_the_previous_curve(tmp_path):
+    from perftests.measure import Point
+    from perftests.record import RunRecord
+
+    def record(scale: float) -> RunRecord:
+        from perftests.engines.base import RequestResult
+        from perftests.measure import Pair
+        points = []
+        for ctx in (64, 512):
+            p = Point(ctx, 8, 264, "warm")
+            for i in range(3):
+                t = 256 / (seed_curve(ctx) * scale)
+                p.pairs.append(Pair(ctx, i, RequestResult("x", 8, 0.1, 0, ctx, 8, ctx - 1, "length"),
+                                    RequestResult("x", 264, 0.1 + t * (1 + 0.01 * i), 0, ctx, 264,
+                                                  ctx - 1, "length"), "warm"))
+            points.append(p)
+        return RunRecord(profile="cpu", engine="llamacpp", service_url="u", launched=True,
+                         server={"version": "b11434"}, machine={}, settings={}, points=points)
+
+    path = tmp_path / "cpu.yaml"
+    first = bl.from_record(record(1.0), reason="first")
+    bl.save(first, path)
+    second = bl.from_record(record(0.9), reason="intended: f32 weights", previous=bl.load(path))
+    bl.save(second, path)
+    data = yaml.safe_load(path.read_text())
+    assert data["reason"] == "intended: f32 weights"
+    assert data["history"][0]["reason"] == "first"
+    assert data["history"][0]["points"][64] == pytest.approx(first.point(64).tps, rel=1e-3)
+    diff = bl.diff_table(first, second)
+    assert "-10.0%" in diff or "-9.9%" in diff or "-10.1%" in diff
+    with pytest.raises(ConfigError, match="needs a reason"):
+        bl.from_record(record(1.0), reason="  ")
+    bad = record(1.0)
+    bad.errors.append("service died")
+    with pytest.raises(ConfigError, match="run with errors"):
+        bl.from_record(bad, reason="x")
