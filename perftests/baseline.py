@@ -255,7 +255,8 @@ def diff_table(old: Baseline | None, new: Baseline) -> str:
     for p in new.points:
         o = old_pts.get(p.context)
         change = f"{p.tps / o.tps - 1:+.1%}" if o else "new"
-        lines.append(f"{p.context:>8} {o.tps if o else float('nan'):>10.1f} {p.tps:>10.1f} {change:>8}")
+        old_tps = f"{o.tps:.1f}" if o else "-"
+        lines.append(f"{p.context:>8} {old_tps:>10} {p.tps:>10.1f} {change:>8}")
     for ctx in sorted(set(old_pts) - {p.context for p in new.points}):
         lines.append(f"{ctx:>8} {old_pts[ctx].tps:>10.1f} {'-':>10} {'dropped':>8}")
     m = new.model

@@ -6,6 +6,7 @@ regressions). The two never mix."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -83,6 +84,19 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(str(e)) from None
 
 
+def _live(config: pytest.Config, line: str, **markup: bool) -> None:
+    """Write a line to the terminal now, even from inside a fixture: capture is suspended for it,
+    as pytest's live logging does, so a 5-minute first build or a long sweep never looks hung."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    ctx = capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext()
+    with ctx:
+        reporter.ensure_newline()
+        reporter.write_line(line, **markup)
+
+
 def _install_sigterm_handler() -> None:
     # SIGTERM (CI cancelling a job) becomes KeyboardInterrupt, so fixtures tear down and the
     # launched service is stopped, exactly as on Ctrl-C.
@@ -113,14 +127,8 @@ def _session(config: pytest.Config) -> PerfSession:
         profile, contexts=contexts, repeats=opt("perf_repeats"), warmup=opt("perf_warmup"),
         cache_mode=opt("perf_cache_mode"), prompt_mode=opt("perf_prompt"), seed=opt("perf_seed"),
         stream_check=opt("perf_stream_check") or None)
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-
     def progress(msg: str) -> None:
-        # The terminal writer was made before capture started, so this shows even mid-test:
-        # a first run's 5-minute build must not look like a hang.
-        if reporter is not None:
-            reporter.ensure_newline()
-            reporter.write_line(f"[perftests] {msg}")
+        _live(config, f"[perftests] {msg}")
 
     def detail(msg: str) -> None:
         if config.getoption("verbose") > 0:
@@ -152,12 +160,8 @@ def _gate(config: pytest.Config) -> Gate:
     tol = opt("perf_tolerance") if opt("perf_tolerance") is not None else d.tolerance
     if not 0 < tol < 1:
         raise ConfigError(f"--perf-tolerance: expected a fraction between 0 and 1, got {tol}")
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-
     def warn(msg: str) -> None:
-        if reporter is not None:
-            reporter.ensure_newline()
-            reporter.write_line(f"[perftests] WARNING: {msg}", yellow=True, bold=True)
+        _live(config, f"[perftests] WARNING: {msg}", yellow=True, bold=True)
 
     gate = Gate(session=sess,
                 baseline_path=Path(opt("perf_baseline")) if opt("perf_baseline")
@@ -218,6 +222,10 @@ def perf_point(request: pytest.FixtureRequest, perf_gate: Gate, perf_context: in
             comparison = perf_gate.judge(point)
         except BaselineMissing as e:
             return GatePoint(point, problem=str(e))
+        if perf_gate.session.progress:
+            perf_gate.session.progress(
+                f"ctx={perf_context}: ratio {comparison.ratio:.3f} to baseline {comparison.expected:.1f} "
+                f"[{comparison.ratio_low:.3f}, {comparison.ratio_high:.3f}] {comparison.status.upper()}")
         for name, value in (("ratio", comparison.ratio), ("baseline_tps", comparison.expected),
                             ("status", comparison.status)):
             request.node.user_properties.append((f"perf_{name}", value))

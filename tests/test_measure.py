@@ -138,3 +138,26 @@ def test_speculative_pair_metrics(launch_reference):
     # Identical draft with --spec-draft-n-max 4: every step commits 4 drafts + 1 own token.
     assert a.median == pytest.approx(5.0, rel=0.05)
     assert s.median == pytest.approx(a.median / (st.median / 1000), rel=0.05)
+
+
+def test_decode_span_grows_when_prefill_would_swamp_it(llama):
+    # Cold pairs at 3000 tokens pay a full prefill in both requests; on this CPU that takes longer
+    # than 8 + 32 decoded tokens, so the span must grow for prefill jitter not to dominate.
+    meter = TwoPointMeter(llama.adapter, PromptSource(llama.adapter, seed=4), long_tokens=40,
+                          cache_mode="cold")
+    point = meter.measure(3000, repeats=1, warmup=1)
+    assert point.long_tokens > 40
+    assert any("decode span grown" in n for n in point.notes)
+    assert point.valid_pairs[0].long.completion_tokens == point.long_tokens
+
+
+def test_streamed_cross_check_token_normalised(launch_reference):
+    svc = launch_reference("llamacpp", draft="draft-identical")
+    meter = TwoPointMeter(svc.adapter, PromptSource(svc.adapter), long_tokens=136)
+    point = meter.measure(128, repeats=2, warmup=0)
+    s = meter.stream_check(point)
+    assert s is point.stream
+    assert s.completion_tokens == 136
+    assert s.ttft_s is not None and 0 < s.ttft_s < s.wall_s
+    assert sum(n for _, n in s.events) == 136
+    assert s.decode_tps and s.decode_tps > 0
