@@ -268,7 +268,7 @@ def _summarize_gate(tr: Any, gate: Gate) -> None:
     if gate.comparisons:
         b = gate._baseline
         tag = " PROVISIONAL" if b is not None and b.provisional else ""
-        tr.write_sep("-", f"against{tag} baseline {gate.baseline_path}")
+        tr.write_sep("-", f"against{tag} baseline {_rel(gate.baseline_path)}")
         tr.write_line(comparison_table(list(gate.comparisons.values())))
     if gate.verdict is not None:
         v = gate.verdict
@@ -276,5 +276,12 @@ def _summarize_gate(tr: Any, gate: Gate) -> None:
         for i, line in enumerate(v.explanation().splitlines()):
             tr.write_line(line, green=v.passed and i == 0, red=not v.passed and i == 0, bold=i == 0)
     if gate.written is not None:
-        tr.write_sep("-", f"baseline written: {gate.baseline_path}")
+        tr.write_sep("-", f"baseline written: {_rel(gate.baseline_path)}")
         tr.write_line(gate.written)
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
