@@ -172,8 +172,12 @@ def model_path(name: str, spec: ModelSpec | None = None) -> Path:
     Names: ``target``, ``draft-identical``, ``draft-unrelated``, ``draft-mix-P``, each optionally
     with ``@field=value,...`` overriding the model's shape (``target@n_ff=3072``)."""
     name, spec = _with_overrides(name, spec or ModelSpec())
+    if name == "draft-identical":
+        # The target's own file: identical weights by construction, and no second copy to write
+        # (a 1.1B model is 2.2 GB).
+        return model_path("target", spec)
     mix: float | None = None
-    if name in ("target", "draft-identical"):
+    if name == "target":
         seed = spec.seed
     elif name == "draft-unrelated":
         seed = UNRELATED_SEED
