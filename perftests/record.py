@@ -18,12 +18,19 @@ SCHEMA = "perftests.run/1"
 
 
 def git_commit(cwd: Path | None = None) -> str | None:
+    """The project's commit; $PERFTESTS_COMMIT where the tree is not a git checkout (a copied
+    tree on a GPU runner). None when unknown, never a guess."""
+    env = os.environ.get("PERFTESTS_COMMIT")
+    if env:
+        return env
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                              cwd=cwd, timeout=10)
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None
+    sha = out.stdout.strip()
+    # Outside a repository git can echo the argument back ("HEAD") with a non-zero exit.
+    return sha if out.returncode == 0 and len(sha) == 40 else None
 
 
 @dataclass

