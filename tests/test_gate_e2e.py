@@ -10,8 +10,10 @@ The changes, measured on this 2-core machine (two-point tok/s ratio to the uncha
   context-dependent, the same kind of change as Triton attention instead of FlashMLA.
 Not used: a twice-as-wide FFN looked uniform on paper but measured 0.75 / 0.77 / 0.67 / 0.62 (on a
 CPU, bigger weights also push the KV cache out of the caches), so its verdict is not stable.
-An unchanged re-run differed by up to 7% from the first (1.05 / 1.07 / 0.99 / 0.98), so these runs
-use a 10% tolerance; each injected change is more than three times that at its strongest point."""
+An unchanged re-run differed by up to 7% from the first (1.05 / 1.07 / 0.99 / 0.98), a fresh-clone
+run by 12% at 8192 tokens, and at 10% this test's unchanged re-run failed once in a full suite run;
+so these runs use the cpu-reference profile's 15% tolerance. The injected changes are 32-38%
+(f32, at every point) and 45-74% (flash attention, at 1024 and 4096 tokens) at their strongest."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ def _profile(dir: Path, *, model: str = "target", extra: tuple[str, ...] = ()) -
     (dir / "gate-ref.yaml").write_text(
         f"name: gate-ref\nengine: llamacpp\nservice:\n  launch:\n    argv: [{quoted}]\n"
         f"    startup_timeout_s: 900\nsweep:\n  contexts: {CONTEXTS}\n"
-        f"defaults:\n  repeats: 5\n  warmup: 1\n  tolerance: 0.10\n  reruns: 2\n")
+        f"defaults:\n  repeats: 5\n  warmup: 1\n  tolerance: 0.15\n  reruns: 2\n")
     return dir
 
 
