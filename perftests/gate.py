@@ -25,7 +25,7 @@ class GatePoint:
     """What the gate test receives for one context: the measurement, and its judgement (none in
     refresh mode), or the problem that prevented judging it."""
 
-    point: Point
+    point: Point | None  # None when no valid measurement could be made
     comparison: PointComparison | None = None
     problem: str | None = None
 

@@ -233,8 +233,9 @@ def perf_point(request: pytest.FixtureRequest, perf_gate: Gate, perf_context: in
     except ServiceError:
         request.session.shouldstop = "perftests: the service under test failed; no verdict"
         raise
-    except MeasurementError:
-        raise
+    except MeasurementError as e:
+        # Every attempt was invalid: no figure to judge. The test fails with the reasons.
+        return GatePoint(None, problem=f"invalid measurement: {e}")
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

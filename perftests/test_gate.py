@@ -16,6 +16,8 @@ from perftests.gate import Gate, GatePoint
 
 def test_decode_throughput(perf_point: GatePoint, perf_gate: Gate) -> None:
     point = perf_point.point
+    if point is None:
+        pytest.fail(perf_point.problem or "no measurement", pytrace=False)
     s = point.tps()
     wanted = perf_gate.session.settings.repeats
     assert s.n >= wanted, f"ctx={point.context}: {s.n} valid pairs, wanted {wanted}"

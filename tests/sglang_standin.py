@@ -24,12 +24,13 @@ from typing import Any
 class SGLangStandIn:
     def __init__(self, *, api_key: str | None = None, accept_length: float = 4.0,
                  step_ms: float = 2.0, step_ms_per_1k_ctx: float = 0.5,
-                 early_stop_at: int | None = None) -> None:
+                 early_stop_at: int | None = None, max_tokens_cap: int | None = None) -> None:
         self.api_key = api_key
         self.accept_length = accept_length
         self.step_ms = step_ms
         self.step_ms_per_1k_ctx = step_ms_per_1k_ctx
         self.early_stop_at = early_stop_at
+        self.max_tokens_cap = max_tokens_cap  # a server limit that truncates every request
         self.cache: set[tuple[int, ...]] = set()
         self.requests: list[dict[str, Any]] = []
         self.headers_seen: list[dict[str, str]] = []
@@ -61,6 +62,8 @@ class SGLangStandIn:
         n = int(sp.get("max_new_tokens", 128))
         if not sp.get("ignore_eos") and self.early_stop_at is not None:
             n = min(n, self.early_stop_at)
+        if self.max_tokens_cap is not None:
+            n = min(n, self.max_tokens_cap)
         key = tuple(ids)
         # Radix-cache semantics: a prompt seen before has every token but the last cached.
         cached = len(ids) - 1 if key in self.cache else 0

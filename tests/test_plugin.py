@@ -107,3 +107,16 @@ def test_update_without_reason_is_a_usage_error(pytester):
     result = pytester.runpytest_subprocess(GATE, "--hw", "cpu-reference", "--update-baselines")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "--update-baselines needs --reason" in result.stderr.str()
+
+
+def test_invalid_measurement_fails_with_its_reason(pytester):
+    # A server that truncates every request to 100 tokens: no pair can ever be valid.
+    with SGLangStandIn(max_tokens_cap=100) as sg:
+        sglang_profile(pytester.path, sg.url)
+        result = pytester.runpytest_subprocess(
+            GATE, "--hw", "standin", "--perf-profile-dir", str(pytester.path), "-p", "no:cacheprovider",
+            "--perf-baseline", str(pytester.path / "none.yaml"), "--perf-contexts", "64")
+    result.assert_outcomes(failed=2)  # the point, and the curve with no point to judge
+    out = result.stdout.str()
+    assert "invalid measurement" in out
+    assert "long request returned 100 tokens, asked 264" in out
