@@ -140,13 +140,18 @@ def classify(points: list[PointComparison], baseline: Baseline) -> CurveVerdict:
     else:
         v.kind = Kind.UNIFORM
         spread = max(p.ratio for p in pts) - min(p.ratio for p in pts)
-        if spread <= 2 * tol:
+        worst = min(pts, key=lambda p: p.ratio)
+        if spread <= tol:
             v.lines.append(f"every point is down by a similar ratio (spread {spread:.3f} across "
                            f"{short.context}..{long.context})")
-        else:
+        elif worst is short:
             v.lines.append(f"the drop is largest at short context ({short.ratio:.3f} at "
                            f"ctx={short.context}, {long.ratio:.3f} at ctx={long.context}): an extra "
                            f"cost per step weighs most where attention is cheap")
+        else:
+            v.lines.append(f"the drop is uneven but does not grow with context: worst at "
+                           f"ctx={worst.context} ({worst.ratio:.3f}); re-run to see whether it "
+                           f"holds, noise at one point can look like this")
     if v.measured_model is not None:
         v.lines.append(_terms(baseline.model, v.measured_model))
     v.lines.append(f"this usually means {MEANING[v.kind]}")

@@ -149,3 +149,11 @@ def test_minimum_detectable_effect_falls_with_repeats(pro6000):
     mdes = [compare_point(pro6000, 1024, 100.0, 3.0, n, TOL).mde for n in (3, 5, 10, 20, 40)]
     assert mdes == sorted(mdes, reverse=True)
     assert mdes[0] > 2 * mdes[-1] * 0.9
+
+
+def test_a_drop_at_one_middle_point_is_reported_as_uneven(pro6000):
+    measured = {60: seed_curve(60), 1024: seed_curve(1024) * 0.75, 3072: seed_curve(3072) * 0.99}
+    v = run(pro6000, measured, acceptance=5.0)
+    assert not v.passed
+    assert "worst at ctx=1024 (0.750)" in v.explanation()
+    assert "re-run" in v.explanation()
