@@ -228,6 +228,10 @@ def save(baseline: Baseline, path: Path) -> None:
             + yaml.safe_dump(baseline.to_dict(), sort_keys=False, width=100))
     lock = _lock(path)
     try:
+        # Under the lock no other writer has a temporary file in flight: any left is from a
+        # refresh that was killed mid-write, and goes now.
+        for stale in path.parent.glob(f".{path.name}.*.tmp"):
+            stale.unlink(missing_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "w") as fh:

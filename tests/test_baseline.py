@@ -103,6 +103,10 @@ def test_refresh_killed_mid_write_leaves_the_old_file_intact(stored, tmp_path):
     proc.wait()
     assert stored.read_bytes() == before
     assert bl.load(stored).point(512).tps == 450.0
+    # The killed writer's half-made file is hidden beside it, and the next refresh removes it.
+    assert list(stored.parent.glob(f".{stored.name}.*.tmp"))
+    bl.save(bl.load(stored), stored)
+    assert not list(stored.parent.glob(f".{stored.name}.*.tmp"))
 
 
 _WRITER = textwrap.dedent("""
