@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from perftests import __version__, profiles
-from perftests.errors import PerftestsError
+from perftests.errors import ConfigError, PerftestsError
 from perftests.measure import MeasurementError
 from perftests.report import curve_table
 from perftests.session import PerfSession, Settings
@@ -16,12 +16,9 @@ from perftests.session import PerfSession, Settings
 
 def _contexts(text: str) -> tuple[int, ...]:
     try:
-        values = tuple(int(c) for c in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}") from None
-    if any(v <= 0 for v in values):
-        raise argparse.ArgumentTypeError(f"context lengths must be positive, got {text!r}")
-    return values
+        return profiles.parse_contexts(text, "--contexts")
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--contexts: ")) from None
 
 
 def _say(msg: str) -> None:
@@ -113,7 +110,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from perftests.verdict import explain_report
 
     profile = profiles.load(args.hw, args.profile_dir)
-    path = Path(args.baseline or profile.defaults.baseline or f"baselines/{profile.name}.yaml")
+    path = Path(args.baseline) if args.baseline else profile.baseline_path(Path.cwd())
     try:
         base = bl.load(path)
     except FileNotFoundError:

@@ -116,17 +116,12 @@ def _session(config: pytest.Config) -> PerfSession:
     profile = profiles.load(opt("perf_hw") or DEFAULT_HW, extra)
     contexts = None
     if opt("perf_contexts"):
-        try:
-            contexts = tuple(int(c) for c in opt("perf_contexts").split(","))
-        except ValueError:
-            raise ConfigError(f"--perf-contexts: expected integers separated by commas, "
-                              f"got {opt('perf_contexts')!r}") from None
-        if any(c <= 0 for c in contexts):
-            raise ConfigError(f"--perf-contexts: context lengths must be positive, got {contexts}")
+        contexts = profiles.parse_contexts(opt("perf_contexts"), "--perf-contexts")
     settings = Settings.from_profile(
         profile, contexts=contexts, repeats=opt("perf_repeats"), warmup=opt("perf_warmup"),
         cache_mode=opt("perf_cache_mode"), prompt_mode=opt("perf_prompt"), seed=opt("perf_seed"),
         stream_check=opt("perf_stream_check") or None)
+
     def progress(msg: str) -> None:
         _live(config, f"[perftests] {msg}")
 
@@ -141,12 +136,6 @@ def _session(config: pytest.Config) -> PerfSession:
     return sess
 
 
-def _baseline_path(config: pytest.Config, profile: profiles.Profile) -> Path:
-    rel = profile.defaults.baseline or f"baselines/{profile.name}.yaml"
-    path = Path(rel)
-    return path if path.is_absolute() else config.rootpath / path
-
-
 def _gate(config: pytest.Config) -> Gate:
     if _GATE in config.stash:
         return config.stash[_GATE]
@@ -156,7 +145,7 @@ def _gate(config: pytest.Config) -> Gate:
     other = None
     if opt("perf_provisional_from"):
         extra = [Path(x) for x in opt("perf_profile_dir")]
-        other = _baseline_path(config, profiles.load(opt("perf_provisional_from"), extra))
+        other = profiles.load(opt("perf_provisional_from"), extra).baseline_path(config.rootpath)
     tol = opt("perf_tolerance") if opt("perf_tolerance") is not None else d.tolerance
     if not 0 < tol < 1:
         raise ConfigError(f"--perf-tolerance: expected a fraction between 0 and 1, got {tol}")
@@ -165,7 +154,7 @@ def _gate(config: pytest.Config) -> Gate:
 
     gate = Gate(session=sess,
                 baseline_path=Path(opt("perf_baseline")) if opt("perf_baseline")
-                else _baseline_path(config, sess.profile),
+                else sess.profile.baseline_path(config.rootpath),
                 tolerance=tol, reruns=d.reruns if opt("perf_reruns") is None else opt("perf_reruns"),
                 update=opt("perf_update"), reason=opt("perf_reason"), provisional_from=other,
                 fingerprint_policy=d.fingerprint_mismatch, warn=warn)

@@ -65,6 +65,22 @@ class Profile:
     sweep: SweepSpec
     defaults: GateDefaults
 
+    def baseline_path(self, root: Path) -> Path:
+        """The baseline file: `defaults.baseline`, else baselines/<name>.yaml, under `root`."""
+        path = Path(self.defaults.baseline or f"baselines/{self.name}.yaml")
+        return path if path.is_absolute() else root / path
+
+
+def parse_contexts(text: str, flag: str) -> tuple[int, ...]:
+    """`64,1024,4096` from a command line; errors name the flag."""
+    try:
+        values = tuple(int(c) for c in text.split(","))
+    except ValueError:
+        raise ConfigError(f"{flag}: expected integers separated by commas, got {text!r}") from None
+    if any(v <= 0 for v in values):
+        raise ConfigError(f"{flag}: context lengths must be positive, got {text!r}")
+    return values
+
 
 def search_path(extra: list[Path] | None = None) -> list[Path]:
     dirs = list(extra or [])
