@@ -11,7 +11,7 @@ sample with zero spread from claiming more precision than a shared machine has."
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
 from perftests.baseline import Baseline
@@ -62,6 +62,10 @@ class PointComparison:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PointComparison:
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
 
 
 def judge(ratio: float, low: float, high: float, tolerance: float) -> Status:

@@ -16,6 +16,7 @@ from perftests.compare import PointComparison, compare_point
 from perftests.errors import ConfigError, PerftestsError
 from perftests.machine import fingerprint
 from perftests.measure import Point
+from perftests.record import RunRecord
 from perftests.session import PerfSession
 from perftests.verdict import CurveVerdict, classify
 
@@ -47,6 +48,7 @@ class Gate:
     warn: Callable[[str], None] = print
     comparisons: dict[int, PointComparison] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    problems: dict[int, str] = field(default_factory=dict)  # ctx -> why it could not be judged
     verdict: CurveVerdict | None = None
     written: str | None = None  # the refresh's diff table, once written
     _baseline: bl.Baseline | None = None
@@ -121,6 +123,7 @@ class Gate:
                 break
             more = self.session.measure(point.context, warmup=0)
             point.pairs.extend(more.pairs)  # same context, same settings: samples pool
+            point.elapsed_s += more.elapsed_s
             point.notes.append(f"re-measured: inconclusive at n={cmp.measured_n}")
             self.session.points[point.context] = point
             cmp = self._compare(base, point)
@@ -138,6 +141,27 @@ class Gate:
             raise BaselineMissing(f"no baseline at {self.baseline_path}")
         self.verdict = classify(list(self.comparisons.values()), base)
         return self.verdict
+
+    # -- the record ----------------------------------------------------------------------------
+    def record(self) -> RunRecord:
+        """The session's record with this gate's judgement in it: what every report renders."""
+        rec = self.session.record()
+        base = self._baseline
+        rec.baseline = {"path": str(self.baseline_path)}
+        if base is not None:
+            rec.baseline = {
+                "path": str(self.baseline_path), "hardware": base.hardware,
+                "provisional": base.provisional, "created": base.created, "reason": base.reason,
+                "tolerance": self.tolerance, "points": [p.to_dict() for p in base.points],
+                "model": base.model.to_dict(),
+            }
+        rec.comparisons = [c.to_dict() for _, c in sorted(self.comparisons.items())]
+        rec.verdict = self.verdict.to_dict() if self.verdict is not None else None
+        rec.warnings = list(self.warnings)
+        rec.problems = dict(self.problems)
+        rec.settings["inconclusive"] = self.session.profile.defaults.inconclusive
+        rec.refresh = self.written
+        return rec
 
     # -- refreshing --------------------------------------------------------------------------
     def refresh(self) -> str:

@@ -129,6 +129,7 @@ class Point:
     warmup: list[Pair] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     stream: StreamResult | None = None  # optional streamed cross-check at this context
+    elapsed_s: float = 0.0  # wall time spent measuring this point, warm-up and re-runs included
 
     @property
     def valid_pairs(self) -> list[Pair]:
@@ -155,6 +156,7 @@ class Point:
             "pairs": [p.to_dict() for p in self.pairs],
             "warmup": [p.to_dict() for p in self.warmup],
             "stream": self.stream.to_dict() if self.stream else None,
+            "elapsed_s": round(self.elapsed_s, 3),
         }
         for name, fn in (("engine_tps", self.engine_tps), ("acceptance_length", self.acceptance_length),
                          ("step_ms", self.step_ms)):
@@ -169,7 +171,8 @@ class Point:
                    cache_mode=d["cache_mode"], notes=list(d.get("notes", [])),
                    pairs=[Pair.from_dict(p) for p in d["pairs"]],
                    warmup=[Pair.from_dict(p) for p in d.get("warmup", [])],
-                   stream=_stream_from_dict(d.get("stream")))
+                   stream=_stream_from_dict(d.get("stream")),
+                   elapsed_s=float(d.get("elapsed_s", 0.0)))
 
 
 def _stream_from_dict(d: dict[str, Any] | None) -> StreamResult | None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from perftests import __version__
+from perftests.errors import ConfigError
 from perftests.measure import Point
 
 SCHEMA = "perftests.run/1"
@@ -47,27 +48,51 @@ class RunRecord:
     created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     commit: str | None = None
     tool_version: str = __version__
-    verdict: dict[str, Any] | None = None  # set by the gate when it judged the run
+    target: str = ""  # the service's label in test ids and reports (the profile, or host:port)
+    worker: str | None = field(default_factory=lambda: os.environ.get("PYTEST_XDIST_WORKER"))
+    # Set by the gate when it judged the run, so every report renders from this record alone:
+    baseline: dict[str, Any] | None = None  # what it was judged against (points, model, tolerance)
+    comparisons: list[dict[str, Any]] = field(default_factory=list)
+    verdict: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list)
+    problems: dict[int, str] = field(default_factory=dict)  # ctx -> why it has no judgement
+    refresh: str | None = None  # the old-vs-new table when this run rewrote the baseline
+
+    @property
+    def name(self) -> str:
+        return self.target or self.profile
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA, "created": self.created, "tool_version": self.tool_version,
-            "commit": self.commit, "profile": self.profile, "engine": self.engine,
-            "service_url": self.service_url, "launched": self.launched, "server": self.server,
-            "machine": self.machine, "settings": self.settings, "errors": self.errors,
+            "commit": self.commit, "profile": self.profile, "target": self.name,
+            "engine": self.engine, "service_url": self.service_url, "launched": self.launched,
+            "worker": self.worker, "server": self.server, "machine": self.machine,
+            "settings": self.settings, "errors": self.errors,
             "points": [p.to_dict() for p in sorted(self.points, key=lambda p: p.context)],
-            "verdict": self.verdict,
+            "baseline": self.baseline, "comparisons": self.comparisons, "verdict": self.verdict,
+            "warnings": self.warnings, "problems": {str(k): v for k, v in self.problems.items()},
+            "refresh": self.refresh,
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunRecord:
-        if d.get("schema") != SCHEMA:
-            raise ValueError(f"unsupported record schema {d.get('schema')!r}; expected {SCHEMA}")
-        return cls(profile=d["profile"], engine=d["engine"], service_url=d["service_url"],
-                   launched=d["launched"], server=d["server"], machine=d["machine"],
-                   settings=d["settings"], points=[Point.from_dict(p) for p in d["points"]],
-                   errors=list(d.get("errors", [])), created=d["created"], commit=d.get("commit"),
-                   tool_version=d.get("tool_version", "?"), verdict=d.get("verdict"))
+        if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+            got = d.get("schema") if isinstance(d, dict) else type(d).__name__
+            raise ValueError(f"unsupported record schema {got!r}; expected {SCHEMA}")
+        try:
+            return cls(profile=d["profile"], engine=d["engine"], service_url=d["service_url"],
+                       launched=d["launched"], server=d["server"], machine=d["machine"],
+                       settings=d["settings"], points=[Point.from_dict(p) for p in d["points"]],
+                       errors=list(d.get("errors", [])), created=d["created"],
+                       commit=d.get("commit"), tool_version=d.get("tool_version", "?"),
+                       target=d.get("target", ""), worker=d.get("worker"),
+                       baseline=d.get("baseline"), comparisons=list(d.get("comparisons") or []),
+                       verdict=d.get("verdict"), warnings=list(d.get("warnings") or []),
+                       problems={int(k): str(v) for k, v in (d.get("problems") or {}).items()},
+                       refresh=d.get("refresh"))
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"malformed run record: missing or invalid field {e}") from None
 
     def write(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -77,4 +102,10 @@ class RunRecord:
 
     @classmethod
     def read(cls, path: Path) -> RunRecord:
-        return cls.from_dict(json.loads(path.read_text()))
+        """Read a record; any problem is a ConfigError naming the file."""
+        try:
+            return cls.from_dict(json.loads(path.read_text()))
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such run record") from None
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"{path}: not a perftests run record: {e}") from None

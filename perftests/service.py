@@ -13,12 +13,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
+
 from perftests.engines import ADAPTERS, EngineAdapter, Timeouts
 from perftests.errors import ConfigError, ServiceError, ServiceStartError
 from perftests.process import ManagedProcess
 from perftests.profiles import LaunchSpec, Profile, ServiceSpec
 
 _PLACEHOLDER = re.compile(r"\{(\w+)(?::([^{}]+))?\}")
+
+
+def public_url(url: str) -> str:
+    """The URL as reports may show it: credentials and query strings (where tokens hide) removed."""
+    try:
+        u = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError):
+        return "<unparseable URL>"
+    if not u.host:
+        return url.split("?")[0].split("@")[-1]
+    return str(u.copy_with(username=None, password=None, query=None, fragment=None))
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -4,6 +4,7 @@ Shared by the pytest plugin and the `perftests sweep` command, so both measure t
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -14,7 +15,7 @@ from perftests.measure import CacheMode, Point, TwoPointMeter
 from perftests.profiles import Profile
 from perftests.prompts import Mode, PromptSource
 from perftests.record import RunRecord, git_commit
-from perftests.service import Service, open_service
+from perftests.service import Service, open_service, public_url
 
 
 @dataclass
@@ -45,6 +46,7 @@ class PerfSession:
     profile: Profile
     settings: Settings
     service_url: str | None = None
+    target: str = ""  # label of this service when a run measures several
     api_key_env: str | None = None
     log_dir: Path = Path(".perftests/logs")
     progress: Callable[[str], None] | None = None  # always shown: build, launch, each point
@@ -89,6 +91,7 @@ class PerfSession:
 
     def measure(self, context: int, *, repeats: int | None = None, warmup: int | None = None) -> Point:
         meter = self.meter()  # a service that cannot start raises here, with its own message
+        t0 = time.perf_counter()
         try:
             point = meter.measure(
                 context, repeats=repeats or self.settings.repeats,
@@ -99,6 +102,7 @@ class PerfSession:
             err = self.service.explain_failure(e) if self.service else e
             self.run_error = f"service failed during the run (ctx={context}): {err}"
             raise ServiceError(self.run_error) from None
+        point.elapsed_s = time.perf_counter() - t0
         self.points[context] = point
         if self.progress:
             s = point.tps()
@@ -112,10 +116,11 @@ class PerfSession:
                     "launch_argv": list(launch.argv) if launch and self.service_url is None else None}
         return RunRecord(
             profile=self.profile.name, engine=self.profile.service.engine,
-            service_url=self.url or (self.service_url or ""), launched=self.launched,
+            service_url=public_url(self.url or self.service_url or ""), launched=self.launched,
             server=self.server,
             machine=machine.fingerprint(), settings=settings, points=list(self.points.values()),
-            errors=[self.run_error] if self.run_error else [], commit=git_commit())
+            errors=[self.run_error] if self.run_error else [], commit=git_commit(),
+            target=self.target or self.profile.name)
 
     def close(self) -> None:
         if self.service is not None:

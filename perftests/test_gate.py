@@ -1,6 +1,9 @@
 """The gate: `pytest perftests --hw NAME`. One test per context length of the profile, then one
 for the whole curve.
 
+With several services (--service-url given more than once) every test is parametrized by the
+service too, and under xdist each service's tests run on one worker, in this order.
+
 The `perf_point` fixture measures and judges; a broken service is an ERROR there (an error of the
 run, never a regression). These tests FAIL on what the gate is for: an invalid measurement, a
 significant drop beyond tolerance at a point, and a failing verdict for the curve."""
@@ -8,6 +11,7 @@ significant drop beyond tolerance at a point, and a failing verdict for the curv
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 
@@ -32,7 +36,7 @@ def test_decode_throughput(perf_point: GatePoint, perf_gate: Gate) -> None:
         f"{c.describe()}\nThe curve's verdict (test_curve_verdict) says which kind of regression.")
 
 
-def test_curve_verdict(perf_gate: Gate) -> None:
+def test_curve_verdict(perf_gate: Gate, record_property: Callable[[str, object], None]) -> None:
     if perf_gate.update:
         table = perf_gate.refresh()
         assert perf_gate.baseline_path.exists()
@@ -42,6 +46,8 @@ def test_curve_verdict(perf_gate: Gate) -> None:
         pytest.fail("no context point was judged (none measured, or no baseline): no verdict",
                     pytrace=False)
     v = perf_gate.conclude()
+    record_property("perf_verdict", v.kind.value)
+    record_property("perf_passed", v.passed)
     inconclusive_fails = (v.kind.value == "inconclusive"
                           and perf_gate.session.profile.defaults.inconclusive == "fail")
     if not v.passed or inconclusive_fails:

@@ -1,0 +1,99 @@
+"""JUnit XML for CI systems, written with the junit-xml package: one suite per service, one test
+case per context point (its figures as properties, the comparison as the failure message) and one
+for the curve's verdict (the explanation as the failure message).
+
+junit-xml has no per-test-case properties, so the suite's document is built by the package and
+each case's <properties> (the element pytest's own --junitxml uses) is added to it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from junit_xml import TestCase, TestSuite, to_xml_report_string
+
+from perftests.record import RunRecord
+from perftests.reports.fields import point_properties, verdict_kind, verdict_text, views
+
+
+class _Case(TestCase):
+    def __init__(self, *args: Any, properties: list[tuple[str, Any]] | None = None, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.properties = properties or []
+
+
+class _Suite(TestSuite):
+    def build_xml_doc(self, encoding: str | None = None) -> ET.Element:
+        doc = super().build_xml_doc(encoding)
+        for case, element in zip(self.test_cases, doc.findall("testcase"), strict=True):
+            if case.properties:
+                props = ET.Element("properties")
+                for name, value in case.properties:
+                    ET.SubElement(props, "property", {"name": name, "value": str(value)})
+                element.insert(0, props)
+        return doc
+
+
+def suite(record: RunRecord) -> TestSuite:
+    kind = verdict_kind(record)
+    classname = f"perftests.{record.name}"
+    cases: list[TestCase] = []
+    for v in views(record):
+        case = _Case(f"decode_throughput[ctx={v.context}]", classname=classname,
+                     elapsed_sec=v.point.elapsed_s if v.point else None,
+                     properties=point_properties(v, kind))
+        if v.point is None:
+            case.add_error_info(message=v.problem or (record.errors[0] if record.errors
+                                                      else "not measured"),
+                                error_type="measurement")
+        elif v.problem:
+            case.add_failure_info(message=v.problem, failure_type="no judgement")
+        elif v.comparison is not None and v.comparison.status == "fail":
+            case.add_failure_info(message=v.comparison.describe(), output=verdict_text(record),
+                                  failure_type=kind or "regression")
+        cases.append(case)
+    cases.append(_curve_case(record, classname))
+    b = record.baseline or {}
+    props = {"profile": record.profile, "target": record.name, "engine": record.engine,
+             "service_url": record.service_url, "commit": record.commit or "unknown",
+             "tool_version": record.tool_version, "baseline": b.get("path", ""),
+             "baseline_created": b.get("created", ""), "verdict": kind or "none",
+             "provisional": str(bool(b.get("provisional"))).lower()}
+    return _Suite(f"perftests.{record.name}", cases, hostname=socket.gethostname(),
+                  timestamp=record.created, properties=props)
+
+
+def _curve_case(record: RunRecord, classname: str) -> TestCase:
+    v = record.verdict
+    props: list[tuple[str, Any]] = []
+    case = _Case("curve_verdict", classname=classname, properties=props)
+    if record.errors:
+        case.add_error_info(message=record.errors[0], error_type="run error (not a regression)")
+    elif record.refresh:
+        props.append(("refreshed", (record.baseline or {}).get("path", "")))
+    elif v is None:
+        case.add_error_info(message="no verdict: no point was judged (none measured, or no baseline)",
+                            error_type="no verdict")
+    else:
+        props += [("verdict", v["kind"]), ("passed", str(v["passed"]).lower()),
+                  ("provisional", str(v.get("provisional", False)).lower())]
+        inconclusive_fails = (v["kind"] == "inconclusive"
+                              and record.settings.get("inconclusive") == "fail")
+        if not v["passed"] or inconclusive_fails:
+            case.add_failure_info(message=f"verdict: {v['kind']}", output=verdict_text(record),
+                                  failure_type=v["kind"])
+    return case
+
+
+def to_string(records: list[RunRecord]) -> str:
+    return to_xml_report_string([suite(r) for r in records], prettyprint=True, encoding="utf-8")
+
+
+def write(records: list[RunRecord], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(to_string(records), encoding="utf-8")
+    tmp.replace(path)

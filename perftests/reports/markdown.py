@@ -1,0 +1,100 @@
+"""A GitHub job summary in Markdown: per service, the point table and the verdict, and where the
+plot and the record are (as an artifact link: a step summary cannot embed a runner's file).
+
+Appended to $GITHUB_STEP_SUMMARY when it is set, as GitHub asks: several steps may write it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from perftests.record import RunRecord
+from perftests.reports.fields import views
+
+MARK = {"pass": "pass", "improved": "**improved**", "inconclusive": "**inconclusive**",
+        "fail": "**FAIL**", "measured": "measured", "error": "**ERROR**"}
+
+
+def _f(x: float | None, fmt: str) -> str:
+    return "–" if x is None else format(x, fmt)
+
+
+def artifact_link(name: str | None = None) -> str | None:
+    """A link to this workflow run's artifacts, from the variables GitHub Actions sets."""
+    server, repo, run = (os.environ.get(k) for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY",
+                                                      "GITHUB_RUN_ID"))
+    if not (server and repo and run):
+        return None
+    label = name or os.environ.get("PERFTESTS_ARTIFACT") or "the run's artifacts"
+    return f"[{label}]({server}/{repo}/actions/runs/{run}#artifacts)"
+
+
+def section(record: RunRecord, *, plot: Path | None = None, record_path: Path | None = None) -> str:
+    v = record.verdict
+    if record.errors:
+        head = "RUN ERROR (not a regression)"
+    elif v:
+        head = ("✅ " if v["passed"] else "❌ ") + v["kind"].upper()
+        if v.get("provisional"):
+            head += " (provisional baseline)"
+    elif record.refresh:
+        head = "baseline refreshed"
+    else:
+        head = "not judged"
+    out = [f"### perftests `{record.name}` ({record.engine}): {head}", ""]
+    b = record.baseline or {}
+    if b.get("created"):
+        out.append(f"Against the baseline `{b.get('path')}` of {b['created'][:10]} "
+                   f"(tolerance −{float(b.get('tolerance', 0)):.0%}); commit "
+                   f"`{(record.commit or 'unknown')[:12]}`.")
+        out.append("")
+    out += ["| context | tok/s | 95% CI | baseline | ratio | ratio 95% CI | accept | status |",
+            "|---:|---:|---:|---:|---:|---:|---:|:---|"]
+    for pv in views(record):
+        p, c = pv.point, pv.comparison
+        s = p.tps() if p else None
+        a = p.acceptance_length() if p else None
+        ci = f"{s.ci_low:.1f}–{s.ci_high:.1f}" if s and s.n else "–"
+        rci = f"{c.ratio_low:.3f}–{c.ratio_high:.3f}" if c else "–"
+        acc = _f(a.median if a and a.n else None, ".2f")
+        if c and c.expected_acceptance is not None:
+            acc += f" / {c.expected_acceptance:.2f}"
+        out.append(f"| {pv.context} | {_f(s.median if s and s.n else None, '.1f')} | {ci} | "
+                   f"{_f(c.expected if c else None, '.1f')} | {_f(c.ratio if c else None, '.3f')} | "
+                   f"{rci} | {acc} | {MARK.get(pv.status, pv.status)} |")
+    out.append("")
+    if v:
+        out.append("```")
+        out.append("\n".join([f"verdict: {v['kind'].upper()}", *v.get("explanation", [])]))
+        out.append("```")
+    for ctx, problem in sorted(record.problems.items()):
+        out.append(f"- ctx={ctx}: {problem.splitlines()[0]}")
+    for err in record.errors:
+        out.append(f"> **Run error, not a regression:** {err}")
+    for w in record.warnings:
+        out.append(f"> ⚠️ {w}")
+    if record.refresh:
+        out += ["", "Baseline written:", "```", record.refresh, "```"]
+    files = [f"`{p.name}`" for p in (plot, record_path) if p is not None]
+    if files:
+        link = artifact_link()
+        out.append("")
+        out.append(f"Plot and record: {', '.join(files)}" + (f" in {link}." if link else "."))
+    return "\n".join(out) + "\n"
+
+
+def document(records: list[RunRecord], files: dict[str, dict[str, Path]] | None = None) -> str:
+    """The whole summary; `files` maps each record's name to its files (plot, record_path)."""
+    files = files or {}
+    return "\n".join(section(r, **files.get(r.name, {})) for r in records)
+
+
+def append_step_summary(text: str) -> Path | None:
+    """Append to $GITHUB_STEP_SUMMARY if set; returns the file written, or None."""
+    target = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not target:
+        return None
+    path = Path(target)
+    with path.open("a", encoding="utf-8") as f:
+        f.write(text if text.endswith("\n") else text + "\n")
+    return path

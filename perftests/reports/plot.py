@@ -1,0 +1,174 @@
+"""The curve as a picture: measured decode tok/s with 95% intervals against the baseline's points,
+its tolerance band and its fitted model over context (log x), with step-time and
+acceptance-length panels where the engine reports them.
+
+matplotlib is imported here only, with the Agg backend, so the plugin stays quick to load and the
+plot renders on a runner with no display."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from perftests.record import RunRecord
+from perftests.reports.fields import PointView, views
+from perftests.scaling import ScalingModel
+
+STATUS_COLOURS = {"pass": "#1f77b4", "improved": "#2ca02c", "inconclusive": "#ff7f0e",
+                  "fail": "#d62728", "measured": "#1f77b4"}
+BASELINE_COLOUR = "#555555"
+
+
+def _ctx_label(x: float, _pos: int = 0) -> str:
+    return f"{x / 1024:g}k" if x >= 1024 and x % 1024 == 0 else f"{x:g}"
+
+
+def figure(record: RunRecord) -> Any:
+    """A matplotlib Figure of the run; the caller saves or inspects it."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    vs = [v for v in views(record) if v.point is not None and v.point.tps().n]
+    base = record.baseline or {}
+    bpoints = base.get("points") or []
+    model = ScalingModel.from_dict(base["model"]) if base.get("model") else None
+    tol = float(base.get("tolerance") or 0.0)
+    has_acc = any(v.point.acceptance_length().n for v in vs) or any(
+        p.get("acceptance_length") for p in bpoints)
+    panels = ["tps", "step"] + (["acc"] if has_acc else [])
+    ratios = {"tps": 3.0, "step": 1.6, "acc": 1.3}
+    fig, axes = plt.subplots(len(panels), 1, sharex=True, figsize=(9.0, 3.0 + 1.9 * (len(panels) - 1)),
+                             gridspec_kw={"height_ratios": [ratios[p] for p in panels]},
+                             constrained_layout=True)
+    ax_of = dict(zip(panels, axes, strict=True))
+
+    contexts = sorted({v.context for v in vs} | {int(p["context"]) for p in bpoints}) or [1]
+    lo, hi = min(contexts) / 1.5, max(contexts) * 1.5
+    grid = [lo * (hi / lo) ** (i / 199) for i in range(200)]
+
+    _tps_panel(ax_of["tps"], vs, bpoints, model, tol, grid, base)
+    _step_panel(ax_of["step"], vs, bpoints, model, grid, spec=has_acc)
+    if has_acc:
+        _acc_panel(ax_of["acc"], vs, bpoints)
+
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_xticks(contexts)
+        ax.xaxis.set_major_formatter(FuncFormatter(_ctx_label))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.grid(True, which="major", alpha=0.3)
+    axes[-1].set_xlabel("context length (tokens, log scale)")
+
+    v = record.verdict
+    verdict = v["kind"].upper() if v else ("BASELINE REFRESH" if record.refresh else "NOT JUDGED")
+    if record.errors:
+        verdict = "RUN ERROR"
+    title = f"{record.name} ({record.engine}): {verdict}"
+    if v and v.get("provisional") or base.get("provisional"):
+        title += " vs PROVISIONAL baseline"
+    fig.suptitle(title, fontsize=12, fontweight="bold",
+                 color="#d62728" if (v and not v.get("passed")) or record.errors else "black")
+    sub = [f"commit {record.commit[:10]}" if record.commit else "commit unknown", record.created,
+           f"{record.settings.get('repeats', '?')} pairs/point, span {record.settings.get('short_tokens')}"
+           f"->{record.settings.get('long_tokens')} tokens"]
+    if base.get("created"):
+        sub.append(f"baseline {base['created'][:10]}")
+    ax_of["tps"].set_title(" | ".join(sub), fontsize=8, color="#444444")
+    return fig
+
+
+def _tps_panel(ax: Any, vs: list[PointView], bpoints: list[dict[str, Any]],
+               model: ScalingModel | None, tol: float, grid: list[float], base: dict[str, Any]) -> None:
+    if model is not None:
+        acc = model.acceptance_length
+        pred = [model.tps(x, acc) for x in grid]
+        ax.plot(grid, pred, "--", color=BASELINE_COLOUR, lw=1.2,
+                label=f"baseline model ({model.kind}: {model.a_ms:.2f} + "
+                      f"{model.b_ms_per_token * 1000:.3f}/1k ctx ms)")
+        if tol > 0:
+            band = model.band(tol)
+            ax.fill_between(grid, [p * (1 - band) for p in pred], [p * (1 + band) for p in pred],
+                            color=BASELINE_COLOUR, alpha=0.12, lw=0,
+                            label=f"tolerance band (±{band:.0%})")
+    if bpoints:
+        ax.plot([p["context"] for p in bpoints], [p["tps"] for p in bpoints], "o", mfc="white",
+                mec=BASELINE_COLOUR, mew=1.5, ms=7, label="baseline points", zorder=3)
+    for status in ("pass", "measured", "improved", "inconclusive", "fail"):
+        group = [v for v in vs if v.status == status]
+        if not group:
+            continue
+        x = [v.context for v in group]
+        s = [v.point.tps() for v in group]
+        y = [q.median for q in s]
+        err = [[max(0.0, q.median - q.ci_low) for q in s], [max(0.0, q.ci_high - q.median) for q in s]]
+        ax.errorbar(x, y, yerr=err, fmt="s", color=STATUS_COLOURS[status], ms=6, capsize=4, lw=1.5,
+                    label=f"measured, {status} (median, 95% CI)", zorder=4)
+    for v in vs:
+        if v.comparison is not None:
+            ax.annotate(f"{v.comparison.ratio:.3f}", (v.context, v.point.tps().median),
+                        textcoords="offset points", xytext=(7, 6), fontsize=8,
+                        color=STATUS_COLOURS.get(v.status, "black"))
+    ax.set_ylabel("decode tok/s")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7, loc="lower left", framealpha=0.85)
+
+
+def _step_panel(ax: Any, vs: list[PointView], bpoints: list[dict[str, Any]],
+                model: ScalingModel | None, grid: list[float], *, spec: bool) -> None:
+    # Time per verify step where the engine counts steps; otherwise time per token. Either way
+    # this is the quantity the a + b*ctx model fits, so a moved constant or slope shows here.
+    def measured_ms(v: PointView) -> float:
+        st = v.point.step_ms()
+        return st.median if st.n else 1000.0 / v.point.tps().median
+
+    if model is not None:
+        ax.plot(grid, [model.cost_ms(x) for x in grid], "--", color=BASELINE_COLOUR, lw=1.2,
+                label="baseline model")
+    bx = [p["context"] for p in bpoints]
+    by = [p.get("step_ms") or 1000.0 / p["tps"] for p in bpoints]
+    if bx:
+        ax.plot(bx, by, "o", mfc="white", mec=BASELINE_COLOUR, mew=1.5, ms=6, label="baseline", zorder=3)
+    if vs:
+        ax.plot([v.context for v in vs], [measured_ms(v) for v in vs], "s-", color="#1f77b4", ms=5,
+                lw=1, label="measured", zorder=4)
+    ax.set_ylabel("ms per verify step" if spec else "ms per token")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7, loc="upper left", framealpha=0.85)
+
+
+def _acc_panel(ax: Any, vs: list[PointView], bpoints: list[dict[str, Any]]) -> None:
+    b = [(p["context"], p["acceptance_length"]) for p in bpoints if p.get("acceptance_length")]
+    if b:
+        ax.plot(*zip(*b, strict=True), "o", mfc="white", mec=BASELINE_COLOUR, mew=1.5, ms=6,
+                label="baseline", zorder=3)
+    m = [(v.context, v.point.acceptance_length().median) for v in vs if v.point.acceptance_length().n]
+    if m:
+        ax.plot(*zip(*m, strict=True), "s-", color="#9467bd", ms=5, lw=1, label="measured", zorder=4)
+    top = max([y for _, y in b + m] + [1.0])
+    ax.set_ylim(0, math.ceil(top * 1.15 * 2) / 2)
+    ax.set_ylabel("acceptance length\n(tokens / step)")
+    ax.legend(fontsize=7, loc="lower left", framealpha=0.85)
+
+
+def write(record: RunRecord, path: Path) -> Path:
+    """Render and save the PNG (atomically); its text chunks carry the title and verdict."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(record)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.png")
+    v = record.verdict
+    meta = {"Title": f"perftests {record.name}", "Software": f"perftests {record.tool_version}",
+            "Description": f"verdict: {v['kind'] if v else 'none'}"}
+    try:
+        fig.savefig(tmp, dpi=120, metadata=meta)
+    finally:
+        plt.close(fig)
+    tmp.replace(path)
+    return path
