@@ -22,7 +22,7 @@ from perftests.reports.fields import point_properties, verdict_kind, verdict_tex
 class _Case(TestCase):
     def __init__(self, *args: Any, properties: list[tuple[str, Any]] | None = None, **kw: Any) -> None:
         super().__init__(*args, **kw)
-        self.properties = properties or []
+        self.properties = properties if properties is not None else []
 
 
 class _Suite(TestSuite):

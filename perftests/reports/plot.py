@@ -40,8 +40,9 @@ def figure(record: RunRecord) -> Any:
     tol = float(base.get("tolerance") or 0.0)
     has_acc = any(v.point.acceptance_length().n for v in vs) or any(
         p.get("acceptance_length") for p in bpoints)
-    panels = ["tps", "step"] + (["acc"] if has_acc else [])
-    ratios = {"tps": 3.0, "step": 1.6, "acc": 1.3}
+    judged = [v for v in vs if v.comparison is not None]
+    panels = ["tps"] + (["ratio"] if judged else []) + ["step"] + (["acc"] if has_acc else [])
+    ratios = {"tps": 3.0, "ratio": 1.6, "step": 1.5, "acc": 1.3}
     fig, axes = plt.subplots(len(panels), 1, sharex=True, figsize=(9.0, 3.0 + 1.9 * (len(panels) - 1)),
                              gridspec_kw={"height_ratios": [ratios[p] for p in panels]},
                              constrained_layout=True)
@@ -52,6 +53,8 @@ def figure(record: RunRecord) -> Any:
     grid = [lo * (hi / lo) ** (i / 199) for i in range(200)]
 
     _tps_panel(ax_of["tps"], vs, bpoints, model, tol, grid, base)
+    if judged:
+        _ratio_panel(ax_of["ratio"], judged, tol)
     _step_panel(ax_of["step"], vs, bpoints, model, grid, spec=has_acc)
     if has_acc:
         _acc_panel(ax_of["acc"], vs, bpoints)
@@ -87,15 +90,17 @@ def _tps_panel(ax: Any, vs: list[PointView], bpoints: list[dict[str, Any]],
                model: ScalingModel | None, tol: float, grid: list[float], base: dict[str, Any]) -> None:
     if model is not None:
         acc = model.acceptance_length
-        pred = [model.tps(x, acc) for x in grid]
-        ax.plot(grid, pred, "--", color=BASELINE_COLOUR, lw=1.2,
-                label=f"baseline model ({model.kind}: {model.a_ms:.2f} + "
-                      f"{model.b_ms_per_token * 1000:.3f}/1k ctx ms)")
-        if tol > 0:
-            band = model.band(tol)
-            ax.fill_between(grid, [p * (1 - band) for p in pred], [p * (1 + band) for p in pred],
-                            color=BASELINE_COLOUR, alpha=0.12, lw=0,
-                            label=f"tolerance band (±{band:.0%})")
+        unit = "ms/step" if model.kind == "step_ms" else "ms/token"
+        ax.plot(grid, [model.tps(x, acc) for x in grid], "--", color=BASELINE_COLOUR, lw=1.0,
+                label=f"baseline model: {model.a_ms:.2f} + {model.b_ms_per_token * 1000:.3f} per 1k "
+                      f"ctx {unit} (predicts unmeasured contexts)")
+    if bpoints and tol > 0:
+        # The band the gate judges with: each baseline point -tolerance (a significant drop below
+        # it fails) to +tolerance (above it, an improvement); joined between points for the eye.
+        bx = [p["context"] for p in bpoints]
+        by = [p["tps"] for p in bpoints]
+        ax.fill_between(bx, [y * (1 - tol) for y in by], [y * (1 + tol) for y in by],
+                        color=BASELINE_COLOUR, alpha=0.13, lw=0, label=f"baseline ±{tol:.0%} (tolerance)")
     if bpoints:
         ax.plot([p["context"] for p in bpoints], [p["tps"] for p in bpoints], "o", mfc="white",
                 mec=BASELINE_COLOUR, mew=1.5, ms=7, label="baseline points", zorder=3)
@@ -117,6 +122,25 @@ def _tps_panel(ax: Any, vs: list[PointView], bpoints: list[dict[str, Any]],
     ax.set_ylabel("decode tok/s")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=7, loc="lower left", framealpha=0.85)
+
+
+def _ratio_panel(ax: Any, judged: list[PointView], tol: float) -> None:
+    # The gate's own decision, drawn: a flat drop is systemic, a slope is attention or KV cache.
+    ax.axhline(1.0, color=BASELINE_COLOUR, lw=1)
+    if tol > 0:
+        ax.axhline(1 - tol, color="#d62728", lw=1, ls="--", label=f"fails below (−{tol:.0%}, if significant)")
+    for v in judged:
+        c = v.comparison
+        ax.errorbar([v.context], [c.ratio], yerr=[[c.ratio - c.ratio_low], [c.ratio_high - c.ratio]],
+                    fmt="s", color=STATUS_COLOURS.get(v.status, "black"), ms=5, capsize=4, lw=1.5)
+    ax.plot([v.context for v in judged], [v.comparison.ratio for v in judged], "-", color="#999999",
+            lw=0.8, zorder=1)
+    low = min([v.comparison.ratio_low for v in judged] + [1 - 1.5 * tol])
+    high = max([v.comparison.ratio_high for v in judged] + [1 + 0.5 * tol])
+    ax.set_ylim(low - 0.03, high + 0.03)
+    ax.set_ylabel("measured / baseline\n(95% CI)")
+    if tol > 0:
+        ax.legend(fontsize=7, loc="lower left", framealpha=0.85)
 
 
 def _step_panel(ax: Any, vs: list[PointView], bpoints: list[dict[str, Any]],

@@ -85,7 +85,8 @@ def summary(record: RunRecord, *, baseline_label: str | None = None) -> list[Lin
     if record.target and record.target != record.profile:
         out.append(("", f"profile {record.profile}, service {record.service_url}"))
     if record.points:
-        out += [("", line) for line in curve_table(record.points).splitlines()]
+        for line in curve_table(record.points).splitlines():
+            out += [("", w) for w in (wrap(line) if len(line) > WIDTH else [line])]
     for ctx, problem in sorted(record.problems.items()):
         out += [("bad", line) for line in wrap(f"ctx={ctx}: {problem}")]
     for w in record.warnings:
