@@ -3,10 +3,12 @@
 Two measurements on one service at once corrupt both (they share its batch, its GPU and its KV
 cache), so ownership is enforced here rather than left to the user's --dist choice:
 
-- each worker tags every gate test with its service (`nodeid@perftests:<service>`), and the
-  controller schedules by that tag (xdist's group scheduling), so all of one service's tests run
-  on one worker, in collection order (the points, then the curve's verdict). With one service
-  and `-n 4`, every gate test still runs on one worker: nothing interleaves;
+- every gate test's id names its service or its context (`[ctx=64]`, `[host:port-ctx=64]`,
+  `[cpu-reference]`), and the controller knows the services from the options, so it schedules
+  all of one service's tests as one unit on one worker, in collection order (the points, then
+  the curve's verdict, which needs the points in the same process). With one service and
+  `-n 4`, every gate test still runs on one worker: nothing interleaves. Other tests are spread
+  one by one, as `load` does;
 - `--dist each` (every test on every worker) is refused when the run contains gate tests;
 - each worker sends its records back at the end (xdist's workeroutput), and the controller
   merges them into one report (plugin.pytest_sessionfinish).
@@ -15,29 +17,71 @@ Registered by the plugin only when xdist is installed, since these hooks exist o
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 from perftests.record import RunRecord
 
-GROUP_TAG = "@perftests:"
+_CTX = re.compile(r"ctx=\d+")
+
+
+def owner(nodeid: str, target_names: list[str]) -> str | None:
+    """The service a test belongs to, from its id; None for a test that is not the gate's."""
+    tail = nodeid.rsplit("::", 1)[-1]
+    if not tail.endswith("]") or "[" not in tail:
+        return None
+    params = tail[tail.index("[") + 1:-1]
+    for name in target_names:
+        if params == name:
+            return name
+        if params.startswith(f"{name}-") and _CTX.fullmatch(params[len(name) + 1:]):
+            return name
+    if len(target_names) == 1 and _CTX.fullmatch(params):
+        return target_names[0]
+    return None
+
+
+class ServiceScheduling(LoadScopeScheduling):
+    """xdist's scope scheduling, where a scope is a service (for the gate's tests) or a single
+    test (for everything else)."""
+
+    def __init__(self, config: pytest.Config, log: Any, target_names: list[str]) -> None:
+        super().__init__(config, log)
+        self.target_names = target_names
+
+    def _split_scope(self, nodeid: str) -> str:
+        name = owner(nodeid, self.target_names)
+        return f"perftests-service:{name}" if name is not None else nodeid
+
+
+EACH_REFUSED = ("--dist each runs every test on every worker: every service would be measured by "
+                "several workers at once, corrupting the figures. Use -n N with the default "
+                "distribution; perftests gives each service to one worker.")
 
 
 class FanOut:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
+        # Refused up front when the gate is plainly asked for; otherwise the workers refuse it
+        # at collection (xdist then reports their refusal as an internal error, but nothing runs).
+        asked = (config.getoption("perf_hw") or config.getoption("perf_service_url")
+                 or any(str(a).rstrip("/").split("::")[0].endswith(("perftests", "test_gate.py"))
+                        for a in config.args))
+        if config.getvalue("dist") == "each" and asked:
+            raise pytest.UsageError(EACH_REFUSED)
 
     # -- controller --------------------------------------------------------------------------
     @pytest.hookimpl(tryfirst=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
-        # load / worksteal would spread one service's points over workers; group scheduling keeps
-        # each tagged group on one worker and spreads untagged tests as `load` does. loadscope
+        # load / worksteal / loadgroup would spread one service's points over workers. loadscope
         # and loadfile already keep the gate's module on one worker, so they are left alone.
         if config.getvalue("dist") in ("load", "worksteal", "loadgroup"):
-            from xdist.scheduler import LoadGroupScheduling
+            from perftests.plugin import targets
 
-            return LoadGroupScheduling(config, log)
+            return ServiceScheduling(config, log, [t.name for t in targets(config)])
         return None
 
     def pytest_configure_node(self, node: Any) -> None:
@@ -53,21 +97,10 @@ class FanOut:
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         if not hasattr(config, "workerinput"):
             return
-        from perftests.plugin import targets
-
-        gate_items = [i for i in items if "perf_target" in getattr(i, "fixturenames", ())]
-        if not gate_items:
+        if config.workerinput.get("perftests_dist") != "each":
             return
-        if config.workerinput.get("perftests_dist") == "each":
-            raise pytest.UsageError(
-                "--dist each runs every test on every worker: every service would be measured by "
-                "several workers at once, corrupting the figures. Use -n N with the default "
-                "distribution; perftests gives each service to one worker.")
-        default = targets(config)[0].name
-        for item in gate_items:
-            callspec = getattr(item, "callspec", None)
-            target = callspec.params.get("perf_target", default) if callspec else default
-            item._nodeid = f"{item.nodeid}{GROUP_TAG}{target}"  # as xdist's own loadgroup does
+        if any("perf_target" in getattr(i, "fixturenames", ()) for i in items):
+            raise pytest.UsageError(EACH_REFUSED)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         config = session.config

@@ -92,6 +92,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "perf(repeats=None, warmup=None): per-test overrides of the gate's settings")
     if config.getoption("perf_update") and not (config.getoption("perf_reason") or "").strip():
         raise pytest.UsageError("--update-baselines needs --reason \"why the baseline changes\"")
+    if config.getoption("perf_update") and len(config.getoption("perf_service_url") or []) > 1:
+        raise pytest.UsageError("--update-baselines writes one hardware's baseline from one service: "
+                                "give a single --service-url")
     # An explicit --hw or --service-url is checked now, so a typo fails before anything is
     # collected or launched.
     if config.getoption("perf_hw") or config.getoption("perf_service_url"):
@@ -254,13 +257,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         raise pytest.UsageError(str(e)) from None
     several = len(tgts) > 1
     # Target-major order: under xdist all of one target's items form one group, run in this order.
+    # Every gate test's id names its target or its context (fanout.py schedules by the id).
     if "perf_context" in names and several:
         metafunc.parametrize(("perf_target", "perf_context"),
                              [(t.name, c) for t in tgts for c in contexts],
                              ids=[f"{t.name}-ctx={c}" for t in tgts for c in contexts])
     elif "perf_context" in names:
         metafunc.parametrize("perf_context", contexts, ids=[f"ctx={c}" for c in contexts])
-    elif several:
+    else:
         metafunc.parametrize("perf_target", [t.name for t in tgts], ids=[t.name for t in tgts])
 
 

@@ -113,7 +113,7 @@ def test_pytest_junitxml_carries_the_same_properties(runs):
                      "acceptance_length", "step_ms", "status"):
             assert name in mine, name
             assert pyt[f"perf_{name}"] == mine[name], name
-    assert theirs["test_curve_verdict"]["perf_verdict"] == "pass"
+    assert theirs["test_curve_verdict[standin]"]["perf_verdict"] == "pass"
 
 
 def test_regression_is_a_junit_failure_with_the_explanation(runs):
