@@ -26,7 +26,7 @@ from perftests.record import RunRecord
 from perftests.reports import junit as junit_report
 from perftests.reports import markdown, plot
 from perftests.reports.fields import PointView, point_properties
-from perftests.reports.terminal import summary
+from perftests.reports.terminal import summary, wrap
 from perftests.session import PerfSession, Settings
 
 DEFAULT_HW = "cpu-reference"
@@ -118,7 +118,8 @@ def _live(config: pytest.Config, line: str, **markup: bool) -> None:
     ctx = capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext()
     with ctx:
         reporter.ensure_newline()
-        reporter.write_line(line, **markup)
+        for part in wrap(line):
+            reporter.write_line(part, **markup)
 
 
 def _install_sigterm_handler() -> None:
