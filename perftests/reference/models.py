@@ -36,15 +36,21 @@ class ModelSpec:
     n_head: int = 8
     n_head_kv: int = 8
     n_ff: int = 1536
+    head_dim: int = 0  # 0: n_embd // n_head. Set with more heads, it adds attention work per
+    # token of context (a context-dependent slowdown) at little constant cost
     n_vocab: int = 4096
     n_ctx_train: int = 32768
     dtype: str = "f16"  # f16 | f32: f32 doubles the bytes read per token (a uniform slowdown)
     seed: int = TARGET_SEED
 
     @property
+    def hd(self) -> int:
+        return self.head_dim or self.n_embd // self.n_head
+
+    @property
     def n_params(self) -> int:
-        d, kv = self.n_embd, self.n_embd // self.n_head * self.n_head_kv
-        per_layer = 2 * d * d + 2 * d * kv + 3 * d * self.n_ff + 2 * d
+        d, q, kv = self.n_embd, self.hd * self.n_head, self.hd * self.n_head_kv
+        per_layer = 2 * d * q + 2 * d * kv + 3 * d * self.n_ff + 2 * d
         return 2 * self.n_vocab * d + self.n_layer * per_layer + d
 
 
@@ -78,7 +84,7 @@ def vocabulary(n_vocab: int) -> tuple[list[str], list[float], list[int]]:
 def _weights(spec: ModelSpec, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     d, ff, v = spec.n_embd, spec.n_ff, spec.n_vocab
-    kv = d // spec.n_head * spec.n_head_kv
+    q, kv = spec.hd * spec.n_head, spec.hd * spec.n_head_kv
     std = 0.02
 
     def mat(rows: int, cols: int) -> np.ndarray:
@@ -89,10 +95,10 @@ def _weights(spec: ModelSpec, seed: int) -> dict[str, np.ndarray]:
     for i in range(spec.n_layer):
         p = f"blk.{i}."
         w[p + "attn_norm.weight"] = np.ones(d, dtype=np.float32)
-        w[p + "attn_q.weight"] = mat(d, d)
+        w[p + "attn_q.weight"] = mat(q, d)
         w[p + "attn_k.weight"] = mat(kv, d)
         w[p + "attn_v.weight"] = mat(kv, d)
-        w[p + "attn_output.weight"] = mat(d, d)
+        w[p + "attn_output.weight"] = mat(d, q)
         w[p + "ffn_norm.weight"] = np.ones(d, dtype=np.float32)
         w[p + "ffn_gate.weight"] = mat(ff, d)
         w[p + "ffn_up.weight"] = mat(ff, d)
@@ -116,7 +122,10 @@ def write_gguf(path: Path, spec: ModelSpec, weights: dict[str, np.ndarray], name
     writer.add_feed_forward_length(spec.n_ff)
     writer.add_head_count(spec.n_head)
     writer.add_head_count_kv(spec.n_head_kv)
-    writer.add_rope_dimension_count(spec.n_embd // spec.n_head)
+    writer.add_rope_dimension_count(spec.hd)
+    if spec.head_dim:
+        writer.add_key_length(spec.hd)
+        writer.add_value_length(spec.hd)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if spec.dtype == "f16" else gguf.LlamaFileType.ALL_F32)
     tokens, scores, types = vocabulary(spec.n_vocab)
@@ -187,7 +196,8 @@ def model_path(name: str, spec: ModelSpec | None = None) -> Path:
         raise ConfigError(f"unknown reference model '{name}': use target, draft-identical, "
                           "draft-unrelated or draft-mix-P with 0 <= P <= 1")
     # RECIPE changes whenever the way weights are made changes, so a cached file is never stale.
-    key = json.dumps({**asdict(spec), "seed": seed, "mix": mix, "recipe": RECIPE}, sort_keys=True)
+    shape = {k: v for k, v in asdict(spec).items() if not (k == "head_dim" and v == 0)}  # older keys stay
+    key = json.dumps({**shape, "seed": seed, "mix": mix, "recipe": RECIPE}, sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     path = cache_dir() / "models" / f"{name}-{digest}.gguf"
     if path.exists():
