@@ -111,7 +111,7 @@ def one_run(p: Profile, base: Path, log_dir: Path, *, refresh: str | None = None
 
 
 def series(name: str, p: Profile, base: Path, logs: Path, n: int, out: dict[str, Any]) -> None:
-    runs = out.setdefault(name, [])
+    runs = out["series"].setdefault(name, [])
     for i in range(n):
         r = one_run(p, base, logs)
         runs.append(r)
@@ -126,7 +126,8 @@ def mde(rel_mad: float, n: int) -> float:
     return 1 - math.exp(-Z95 * math.hypot(se, se))
 
 
-def analyse(res: dict[str, Any], tolerance: float) -> dict[str, Any]:
+def analyse(raw: dict[str, Any], tolerance: float) -> dict[str, Any]:
+    res = raw["series"]
     aa = res["aa"]
     contexts = sorted(aa[0]["tps"], key=int)
     out: dict[str, Any] = {"contexts": contexts}
@@ -224,12 +225,15 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="gate-validation-"))
     logs = work / "logs"
     res: dict[str, Any] = {"profile": args.hw, "argv": list(p.service.launch.argv),
-                           "defaults": p.defaults.__dict__ | {"contexts": list(p.sweep.contexts)}}
+                           "defaults": p.defaults.__dict__ | {"contexts": list(p.sweep.contexts)},
+                           "series": {}}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     base = work / "baseline.yaml"
     print(f"baseline: one refresh run of {args.hw} -> {base}", flush=True)
     res["refresh"] = one_run(p, base, logs, refresh="gate validation: the unchanged service")
     series("aa", p, base, logs, args.aa, res)
-    kinds = args.kinds.split(",")
+    kinds = [k for k in args.kinds.split(",") if k]
     if "uniform" in kinds:
         series("uniform", variant(p, model="target@dtype=f32"), base, logs, args.runs, res)
     if "context" in kinds:
@@ -241,11 +245,10 @@ def main() -> int:
         print(f"speculative baseline: one refresh run of {args.spec_hw}", flush=True)
         res["refresh_spec"] = one_run(sp, sbase, logs, refresh="gate validation: identical draft")
         series("acceptance", variant(sp, draft="draft-unrelated"), sbase, logs, args.runs, res)
+    out.write_text(json.dumps(res, indent=1) + "\n")  # the raw runs first: analysis must not lose them
     res["analysis"] = analyse(res, p.defaults.tolerance)
     text = report(res["analysis"])
     print("\n" + text)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1) + "\n")
     print(f"\nfigures: {out}")
     return 0

@@ -17,9 +17,11 @@ The changes, as tok/s ratios to the unchanged service at 64 / 1024 / 4096 tokens
   context-dependent, the kind of change a KV-cache dtype or attention-backend regression is;
 - speculative decoding with the target's own weights as the draft (every draft accepted), then an
   unrelated draft (almost none accepted): an acceptance collapse.
-The profile's tolerance is 15%, as cpu-reference's: unchanged re-runs on these shared VMs differ
-by up to 12% (flash attention off: up to 35%). The smallest injected drops the verdicts rest on
-are 20% (f32 at 4096) and 0.45 of ratio between 64 and 4096 tokens (q8_0), well clear of that."""
+The profile's tolerance is 20%, as cpu-reference's, from scripts/gate_validation.py: in 20 unchanged
+re-runs the lowest ratio was 0.829 (1 false alarm in 20 at 15%, none at 20%). The verdicts rest on
+drops of 30-50% (f32 at 64 and 1024 tokens), a ratio falling by 0.5-0.8 between 64 and 4096
+tokens (q8_0) and acceptance falling from 5 to 1 token per step: each at least 1.5x the tolerance
+beyond the worst unchanged run."""
 
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ def _profile(dir: Path, *, model: str = "target", draft: str | None = None,
     (dir / "gate-ref.yaml").write_text(
         f"name: gate-ref\nengine: llamacpp\nservice:\n  launch:\n    argv: [{quoted}]\n"
         f"    startup_timeout_s: 900\nsweep:\n  contexts: {CONTEXTS}\n"
-        f"defaults:\n  repeats: 5\n  warmup: 1\n  tolerance: 0.15\n  reruns: 2\n")
+        f"defaults:\n  repeats: 5\n  warmup: 1\n  tolerance: 0.20\n  reruns: 2\n")
     return dir
 
 
