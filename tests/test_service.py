@@ -116,11 +116,14 @@ def test_no_orphan_when_the_run_is_interrupted(tmp_path, sig):
     _profile_file(tmp_path, "longrun", reference_argv(ctx_size=1024), contexts="[64]")
     log_dir = tmp_path / "logs"
     repo = Path(__file__).resolve().parents[1]
+    # Output to a file, not a pipe nobody reads: a full pipe would block the run's exit, and the
+    # file is the diagnosis if it does not exit.
+    out_file = tmp_path / "run-output.txt"
     proc = subprocess.Popen(
         [sys.executable, "-m", "pytest", str(repo / "perftests"), "--hw", "longrun",
          "--perf-profile-dir", str(tmp_path), "--perf-log-dir", str(log_dir),
          "--perf-repeats", "100000", "-p", "no:cacheprovider", "-q"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        cwd=tmp_path, stdout=out_file.open("wb"), stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 900
         pids: list[int] = []
@@ -131,11 +134,14 @@ def test_no_orphan_when_the_run_is_interrupted(tmp_path, sig):
                 if "listening on" in log.read_text(errors="replace"):
                     pids = _server_pids(port)
         if not pids:
-            out = proc.stdout.read().decode()[-2000:] if proc.poll() is not None else ""
-            pytest.fail(f"service never came up: {out}")
+            pytest.fail(f"service never came up: {out_file.read_text(errors='replace')[-2000:]}")
         time.sleep(2)  # let the sweep get going: requests in flight
         proc.send_signal(sig)
-        proc.wait(60)
+        try:
+            proc.wait(120)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the run did not exit within 120 s of {sig.name}; its output:\n"
+                        f"{out_file.read_text(errors='replace')[-3000:]}")
         deadline = time.monotonic() + 30
         while any(_alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.2)
