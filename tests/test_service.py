@@ -123,7 +123,10 @@ def test_no_orphan_when_the_run_is_interrupted(tmp_path, sig):
         [sys.executable, "-m", "pytest", str(repo / "perftests"), "--hw", "longrun",
          "--perf-profile-dir", str(tmp_path), "--perf-log-dir", str(log_dir),
          "--perf-repeats", "100000", "-p", "no:cacheprovider", "-q"],
-        cwd=tmp_path, stdout=out_file.open("wb"), stderr=subprocess.STDOUT)
+        cwd=tmp_path, stdout=out_file.open("wb"), stderr=subprocess.STDOUT,
+        # A job started in the background by a non-interactive shell inherits SIGINT ignored, and
+        # Python then installs no KeyboardInterrupt handler: give the run a Ctrl-C a user's has.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 900
         pids: list[int] = []
