@@ -12,7 +12,7 @@ from perftests.errors import ConfigError, PerftestsError
 from perftests.gate import Gate
 from perftests.measure import MeasurementError
 from perftests.record import RunRecord
-from perftests.reports import plot
+from perftests.reports import per_service_path, plot
 from perftests.reports.terminal import comparison_table, plain, summary
 from perftests.session import PerfSession, Settings
 
@@ -196,8 +196,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     files: dict[str, dict[str, Path]] = {}
     if args.plot:
         for rec in records:
-            base = Path(args.plot)
-            path = base if len(records) == 1 else base.with_name(f"{base.stem}-{rec.name}{base.suffix}")
+            path = per_service_path(Path(args.plot), rec.name, len(records) > 1)
             files[rec.name] = {"plot": plot.write(rec, path)}
             _say(f"plot: {path}")
     if args.markdown:

@@ -24,7 +24,7 @@ from perftests.gate import BaselineMissing, Gate, GatePoint
 from perftests.measure import MeasurementError
 from perftests.record import RunRecord
 from perftests.reports import junit as junit_report
-from perftests.reports import markdown, plot
+from perftests.reports import markdown, per_service_path, plot
 from perftests.reports.fields import PointView, point_properties
 from perftests.reports.terminal import summary, wrap
 from perftests.session import PerfSession, Settings
@@ -394,8 +394,7 @@ def write_reports(config: pytest.Config, records: list[RunRecord]) -> list[str]:
     files: dict[str, dict[str, Path]] = {}
 
     def per(base: Path, rec: RunRecord) -> Path:
-        safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in rec.name)
-        return base.with_name(f"{base.stem}-{safe}{base.suffix}") if several else base
+        return per_service_path(base, rec.name, several)
 
     for rec in records:
         files[rec.name] = {}
