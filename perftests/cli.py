@@ -7,14 +7,14 @@ import sys
 import time
 from pathlib import Path
 
-from perftests import __version__, profiles
+from perftests import __version__, options, profiles
+from perftests.config import RunConfig, resolve
 from perftests.errors import ConfigError, PerftestsError
-from perftests.gate import Gate
-from perftests.measure import MeasurementError
 from perftests.record import RunRecord
-from perftests.reports import per_service_path, plot
 from perftests.reports.terminal import comparison_table, plain, summary
-from perftests.session import PerfSession, Settings
+from perftests.reports.write import ReportPaths, write_all
+from perftests.run import GateRun
+from perftests.session import PerfSession
 
 
 def _contexts(text: str) -> tuple[int, ...]:
@@ -29,7 +29,8 @@ def _say(msg: str) -> None:
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:
-    for name, path in profiles.available(args.profile_dir).items():
+    dirs = [Path(d) for d in [*args.top_profile_dir, *args.profile_dir]]
+    for name, path in profiles.available(dirs).items():
         try:
             p = profiles.parse_file(path)
             print(f"{name:24} {p.service.engine:9} {p.description}")
@@ -53,25 +54,41 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
-def _session(args: argparse.Namespace) -> PerfSession:
-    profile = profiles.load(args.hw, args.profile_dir)
-    if args.engine:
+def _config(args: argparse.Namespace, mode: str = "sweep") -> RunConfig:
+    values = options.from_cli(args)
+    values["profile_dir"] = [
+        *(getattr(args, "top_profile_dir", None) or []),
+        *(values.get("profile_dir") or []),
+    ]
+    if len(values.get("service_url") or []) > 1:
+        raise ConfigError(
+            "--url: the perftests command measures one service; for several, use "
+            "pytest perftests -n N with --service-url per service"
+        )
+    if getattr(args, "no_baseline", False):
+        values["baseline"] = None
+    cfg = resolve(
+        values, Path.cwd(), mode="sweep" if mode == "sweep" else "gate", engine=getattr(args, "engine", None)
+    )
+    if getattr(args, "no_baseline", False):
         from dataclasses import replace
 
-        profile = replace(profile, service=replace(profile.service, engine=args.engine))
-    settings = Settings.from_profile(profile, contexts=getattr(args, "contexts", None),
-                                     repeats=getattr(args, "repeats", None),
-                                     cache_mode=getattr(args, "cache_mode", None),
-                                     stream_check=getattr(args, "stream_check", None) or None)
-    return PerfSession(profile=profile, settings=settings, service_url=args.url,
-                       api_key_env=args.api_key_env, log_dir=Path(args.log_dir), progress=_say,
-                       detail=_say if getattr(args, "verbose", False) else None)
+        cfg = replace(cfg, baseline=None, provisional_source=None)
+    return cfg
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    sess = _session(args)
+    cfg = _config(args)
+    sess = PerfSession(
+        profile=cfg.profile,
+        settings=cfg.settings,
+        service_url=cfg.service_url,
+        api_key_env=cfg.api_key_env,
+        log_dir=cfg.log_dir,
+        progress=_say,
+    )
     service = sess.open()
-    print(f"{sess.profile.name} serving at {service.url} (Ctrl-C stops it)", flush=True)
+    print(f"{cfg.profile.name} serving at {service.url} (Ctrl-C stops it)", flush=True)
     try:
         while True:
             service.check_alive()
@@ -82,54 +99,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
         sess.close()
 
 
-def _sweep_gate(args: argparse.Namespace, sess: PerfSession) -> Gate | None:
-    """The gate a sweep reports ratios with: the profile's baseline when there is one."""
-    if args.no_baseline:
-        return None
-    path = Path(args.baseline) if args.baseline else sess.profile.baseline_path(Path.cwd())
-    if not path.exists():
-        if args.baseline:
-            raise ConfigError(f"--baseline: no such file {path}")
-        _say(f"no baseline at {path}: measuring only (no ratios)")
-        return None
-    return Gate(session=sess, baseline_path=path, tolerance=sess.profile.defaults.tolerance,
-                reruns=0, warn=lambda m: _say(f"WARNING: {m}"))
-
-
 def cmd_sweep(args: argparse.Namespace) -> int:
-    sess = _session(args)
-    gate = _sweep_gate(args, sess)
-    rc = 0
-    try:
-        sess.open()
-        for ctx in sess.settings.contexts:
-            try:
-                point = sess.measure(ctx)
-            except MeasurementError as e:
-                _say(f"ctx={ctx}: {e}")
-                if gate is not None:
-                    gate.problems[ctx] = f"invalid measurement: {e}"
-                rc = 1
-                continue
-            if gate is not None:
-                c = gate.judge(point)
-                _say(f"ctx={ctx}: ratio {c.ratio:.3f} to baseline {c.expected:.1f} "
-                     f"[{c.ratio_low:.3f}, {c.ratio_high:.3f}] {c.status.upper()}")
-        if gate is not None and gate.comparisons:
-            gate.conclude()
-    except PerftestsError as e:
-        _say(f"RUN ERROR (not a regression): {e}")
-        rc = 2
-    finally:
-        record = gate.record() if gate is not None else sess.record()
-        sess.close()
+    """The same run as `pytest perftests` (GateRun): launches, reruns, machine control, policies;
+    without a baseline it measures only."""
+    cfg = _config(args)
+    if cfg.baseline is None and cfg.provisional_source is None and not cfg.update:
+        _say(f"no baseline at {cfg.baseline_path}: measuring only (no ratios)")
+    run = GateRun(
+        cfg, progress=_say, detail=_say if args.verbose else None, warn=lambda m: _say(f"WARNING: {m}")
+    )
+    outcome = run.execute()
+    record = run.record()
     print(plain(summary(record)))
-    out = Path(args.json or f".perftests/sweep-{sess.profile.name}.json")
-    record.write(out)
-    _say(f"run record: {out}")
-    if args.plot and record.points:
-        _say(f"plot: {plot.write(record, Path(args.plot))}")
-    return rc
+    paths = ReportPaths.of(
+        cfg.profile.name, json=args.json, junit=args.junit, plot=args.plot or "none", stem="sweep"
+    )
+    if not args.junit:
+        paths = ReportPaths(paths.json, None, paths.plot)
+    for note in write_all([record], paths):
+        _say(note)
+    return outcome.exit_code
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -143,13 +132,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
         base = bl.from_record(a, reason=f"run record {args.a}")
     except ConfigError as e:
         raise ConfigError(f"{args.a}: cannot serve as the reference: {e}") from None
-    tol = args.tolerance
-    if tol is None:
-        try:
-            tol = profiles.load(b.profile, args.profile_dir).defaults.tolerance
-        except ConfigError:
+    tol, noise = args.tolerance, 0.05
+    try:
+        d = profiles.load(
+            b.profile, [Path(x) for x in [*args.top_profile_dir, *(args.profile_dir or [])]]
+        ).defaults
+        noise = d.launch_noise
+        tol = d.tolerance if tol is None else tol
+    except ConfigError:
+        if tol is None:
             tol = 0.10
-            _say(f"profile {b.profile!r} unknown here: tolerance {tol:.0%} (set --tolerance)")
+            _say(
+                f"profile {b.profile!r} unknown here: tolerance {tol:.0%} (set --tolerance), "
+                f"launch noise {noise:.0%}"
+            )
     if not 0 < tol < 1:
         raise ConfigError(f"--tolerance: expected a fraction between 0 and 1, got {tol}")
     print(f"A: {args.a}  {a.profile} ({a.engine}) {a.created} commit {(a.commit or 'unknown')[:12]}")
@@ -164,14 +160,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if a.settings.get(key) != b.settings.get(key):
             notes.append(f"{key} differs: {a.settings.get(key)} vs {b.settings.get(key)}")
     comps = []
-    for p in sorted(b.points, key=lambda p: p.context):
-        s, acc, st = p.tps(), p.acceptance_length(), p.step_ms()
-        if not s.n:
-            notes.append(f"ctx={p.context}: no valid pair in B")
+    ests = b.estimates()
+    for ctx in sorted({p.context for p in b.points}):
+        if ctx not in ests:
+            notes.append(f"ctx={ctx}: no valid pair in B")
             continue
-        comps.append(compare_point(base, p.context, s.median, s.mad, s.n, tol,
-                                   acceptance=acc.median if acc.n else None,
-                                   step_ms=st.median if st.n else None))
+        comps.append(compare_point(base, ests[ctx], tol, launch_noise_prior=noise))
     if not comps:
         raise ConfigError(f"{args.b}: no valid point to compare")
     print(comparison_table(comps))
@@ -184,38 +178,33 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    """Re-render a saved record's reports: summary, JUnit, plot, Markdown."""
-    from perftests.reports import junit, markdown
-
+    """Re-render a saved record's reports: summary, JUnit, plot, Markdown (as a run writes them)."""
     records = [RunRecord.read(Path(p)) for p in args.records]
     for rec in records:
         print(plain(summary(rec)))
-    if args.junit:
-        junit.write(records, Path(args.junit))
-        _say(f"JUnit XML: {args.junit}")
-    files: dict[str, dict[str, Path]] = {}
-    if args.plot:
-        for rec in records:
-            path = per_service_path(Path(args.plot), rec.name, len(records) > 1)
-            files[rec.name] = {"plot": plot.write(rec, path)}
-            _say(f"plot: {path}")
-    if args.markdown:
-        Path(args.markdown).write_text(markdown.document(records, files))
-        _say(f"markdown: {args.markdown}")
+    paths = ReportPaths(
+        None,
+        Path(args.junit) if args.junit else None,
+        Path(args.plot) if args.plot else None,
+        Path(args.markdown) if args.markdown else None,
+    )
+    if args.junit or args.plot or args.markdown:
+        for note in write_all(records, paths):
+            _say(note)
     return 0
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
     from perftests import baseline as bl
-    from perftests.verdict import explain_report
+    from perftests.config import missing_baseline, project_root
+    from perftests.verdict import Kind, explain_report
 
-    profile = profiles.load(args.hw, args.profile_dir)
-    path = Path(args.baseline) if args.baseline else profile.baseline_path(Path.cwd())
+    profile = profiles.load(args.hw, [Path(x) for x in [*args.top_profile_dir, *(args.profile_dir or [])]])
+    path = Path(args.baseline) if args.baseline else profile.baseline_path(project_root(Path.cwd()))
     try:
         base = bl.load(path)
     except FileNotFoundError:
-        _say(f"no baseline for '{profile.name}' at {path}; create it with: pytest perftests "
-             f"--hw {profile.name} --update-baselines --reason \"first baseline\"")
+        _say(missing_baseline(profile, path))
         return 2
     if args.ctx <= 0 or args.tps <= 0 or (args.accept is not None and args.accept <= 0):
         _say("--ctx, --tps and --accept must be positive")
@@ -223,59 +212,79 @@ def cmd_explain(args: argparse.Namespace) -> int:
     tol = args.tolerance if args.tolerance is not None else profile.defaults.tolerance
     kind, text = explain_report(base, args.ctx, args.tps, args.accept, tol)
     print(text)
-    return 0 if kind in ("expected scaling", "improvement") else 1
+    return 0 if kind in (Kind.EXPECTED_SCALING, Kind.IMPROVEMENT, Kind.PASS) else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="perftests", description=__doc__)
     ap.add_argument("--version", action="version", version=f"perftests {__version__}")
-    ap.add_argument("--profile-dir", type=Path, action="append", default=[],
-                    help="extra directory of profile YAML files (searched first)")
+    ap.add_argument(
+        "--profile-dir",
+        dest="top_profile_dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="extra directory of profile YAML files (searched first)",
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
 
-    sub.add_parser("profiles", help="list the known hardware profiles").set_defaults(fn=cmd_profiles)
+    pr = sub.add_parser("profiles", help="list the known hardware profiles")
+    pr.add_argument(
+        "--profile-dir",
+        type=Path,
+        action="append",
+        default=[],
+        help="extra directory of profile YAML files (searched first)",
+    )
+    pr.set_defaults(fn=cmd_profiles)
 
     b = sub.add_parser("build", help="build the reference llama-server (cached)")
     b.add_argument("--cuda", action="store_true", help="build with CUDA for sm_90")
     b.set_defaults(fn=cmd_build)
 
     m = sub.add_parser("models", help="write reference GGUF models (cached) and print their paths")
-    m.add_argument("names", nargs="*", default=["target", "draft-identical", "draft-unrelated"],
-                   help="target, draft-identical, draft-unrelated, draft-mix-P")
+    m.add_argument(
+        "names",
+        nargs="*",
+        default=["target", "draft-identical", "draft-unrelated"],
+        help="target, draft-identical, draft-unrelated, draft-mix-P",
+    )
     m.set_defaults(fn=cmd_models)
 
-    def service_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--hw", default="cpu-reference", help="hardware profile (default cpu-reference)")
-        p.add_argument("--url", help="attach to a running service instead of launching the profile's")
-        p.add_argument("--engine", choices=["llamacpp", "openai", "sglang"],
-                       help="override the profile's engine adapter")
-        p.add_argument("--api-key-env", metavar="VAR", help="environment variable with the API key")
-        p.add_argument("--log-dir", default=".perftests/logs")
-
     s = sub.add_parser("serve", help="launch a profile's service and keep it up until Ctrl-C")
-    service_args(s)
+    options.add_to_cli(s, "service")
+    s.add_argument(
+        "--engine", choices=["llamacpp", "openai", "sglang"], help="override the profile's engine adapter"
+    )
     s.set_defaults(fn=cmd_serve)
 
-    w = sub.add_parser("sweep", help="measure decode tok/s over context lengths, write a JSON record")
-    service_args(w)
-    w.add_argument("--contexts", type=_contexts, help="context lengths, e.g. 64,1024,4096")
-    w.add_argument("--repeats", type=int, help="valid pairs per context")
-    w.add_argument("--cache-mode", choices=["warm", "cold"])
-    w.add_argument("--stream-check", action="store_true",
-                   help="also stream one request per context (TTFT, streamed decode rate)")
+    w = sub.add_parser(
+        "sweep",
+        help="a gate run outside pytest: measure decode tok/s over context "
+        "lengths, judge against the baseline when there is one, "
+        "write a JSON record; exit status as the outcome's",
+    )
+    options.add_to_cli(w, "service", "measure", "judge", "output")
+    w.add_argument(
+        "--engine", choices=["llamacpp", "openai", "sglang"], help="override the profile's engine adapter"
+    )
     w.add_argument("-v", "--verbose", action="store_true", help="show every pair as it completes")
-    w.add_argument("--json", help="output path (default .perftests/sweep-<hw>.json)")
-    w.add_argument("--plot", help="also draw the curve as a PNG here")
-    w.add_argument("--baseline", help="report ratios against this baseline (default: the profile's, "
-                                      "when it exists)")
     w.add_argument("--no-baseline", action="store_true", help="measure only: no ratios, no verdict")
     w.set_defaults(fn=cmd_sweep)
 
-    c = sub.add_parser("compare", help="compare run B with run A (A as the baseline): per-point "
-                                       "ratios and the verdict of B")
+    c = sub.add_parser(
+        "compare", help="compare run B with run A (A as the baseline): per-point ratios and the verdict of B"
+    )
     c.add_argument("a", help="run record A (the reference), a JSON file")
     c.add_argument("b", help="run record B (judged against A)")
     c.add_argument("--tolerance", type=float, help="allowed relative drop (default: B's profile's)")
+    c.add_argument(
+        "--profile-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="extra directory of profile YAML files",
+    )
     c.set_defaults(fn=cmd_compare)
 
     r = sub.add_parser("report", help="re-render the reports of saved run records")
@@ -291,6 +300,13 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--accept", type=float, help="reported acceptance length (tokens per verify step)")
     e.add_argument("--baseline", help="baseline file (default: the profile's)")
     e.add_argument("--tolerance", type=float, help="default: the profile's")
+    e.add_argument(
+        "--profile-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="extra directory of profile YAML files",
+    )
     e.set_defaults(fn=cmd_explain)
     return ap
 

@@ -1,12 +1,21 @@
-"""Point-by-point comparison of a measured curve with its baseline.
+"""Judging one context point against its baseline: a pure function of (baseline, estimate).
 
 A point fails only when its drop is both beyond the tolerance and statistically significant;
 throughput has a lower bound only (faster is never a failure). When noise could explain a drop
-beyond tolerance the point is inconclusive, and the gate re-measures it before concluding.
+beyond tolerance the point is inconclusive, and the run (not the judge) measures more.
 
-Uncertainty: the standard error of a median is about 1.2533 * sigma / sqrt(n), with sigma from the
-MAD; on the log scale the two sides' errors add in quadrature. A floor of 0.5% keeps a lucky
-sample with zero spread from claiming more precision than a shared machine has."""
+Uncertainty is launch-level. log(tok/s) of one launch's median varies between launches with a
+standard deviation `sd` (within-launch noise included); the run's figure is the mean of k launch
+medians and the baseline's of K, so se(log ratio) = sd * sqrt(1/k + 1/K). `sd` pools the
+baseline's and the run's launch-to-launch variance with the profile's stated `launch_noise`,
+which counts as PRIOR_DF degrees of freedom (the conjugate scaled-inverse-chi-square update): a
+few launches cannot claim a tiny spread by luck, many launches outweigh the profile's figure.
+The interval uses Student's t with the pooled degrees of freedom (scipy.stats.t).
+
+A run judges m context points at once, so each interval is at confidence 1 - 0.05/m
+(Bonferroni): the chance that an unchanged service fails *any* point by chance stays under 5%
+two-sided (2.5% for the drop side), not 5% per point. In attach mode the run's rounds share one
+service life, so they do not average the launch effect away: the run counts as one launch."""
 
 from __future__ import annotations
 
@@ -14,39 +23,68 @@ import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
-from perftests.baseline import Baseline
-from perftests.stats import MAD_TO_SIGMA
+from scipy import stats as sps
 
-Z95 = 1.959964
-SE_FLOOR = 0.005
-MEDIAN_EFFICIENCY = 1.2533  # se(median) / se(mean) for normal data
+from perftests.baseline import Baseline
+from perftests.estimate import Estimate, se_log_median
+
+SE_FLOOR = 0.005  # a shared machine is never more precise than 0.5% per launch
+PRIOR_DF = 4.0  # weight of the profile's launch_noise, in degrees of freedom
+ALPHA = 0.05  # two-sided, for the whole run (Bonferroni over its points)
 
 Status = Literal["pass", "fail", "inconclusive", "improved"]
+NoiseSource = Literal["launches", "profile"]
 
 
-def se_log_median(median: float, mad: float, n: int) -> float:
-    if n < 1 or median <= 0:
-        return math.inf
-    return max(SE_FLOOR, MEDIAN_EFFICIENCY * MAD_TO_SIGMA * mad / median / math.sqrt(n))
+@dataclass(frozen=True)
+class Noise:
+    """The between-launch noise a comparison used, and where it came from."""
+
+    sd: float  # of log(tok/s) of one launch's median
+    df: float  # degrees of freedom of `sd`, the profile's PRIOR_DF included
+    source: NoiseSource  # launches: measured launch spread is in it; profile: the prior alone
+
+    def quantile(self, family: int = 1) -> float:
+        """Two-sided quantile at 1 - ALPHA / family for these degrees of freedom."""
+        return float(sps.t.ppf(1 - ALPHA / 2 / max(family, 1), self.df))
+
+
+def launch_noise(base_sds: list[tuple[float, int]], run: Estimate | None, prior: float) -> Noise:
+    """Pool the between-launch variance of the baseline point(s) and the run with the profile's
+    prior; `base_sds` holds (sd, launches) per source."""
+    parts = [(sd, k - 1) for sd, k in base_sds if k >= 2]
+    if run is not None and not run.rounds and run.launches >= 2:
+        sd = run.launch_sd
+        if sd is not None:
+            parts.append((sd, run.launches - 1))
+    df = sum(d for _, d in parts)
+    var = (PRIOR_DF * prior * prior + sum(d * sd * sd for sd, d in parts)) / (PRIOR_DF + df)
+    return Noise(max(math.sqrt(var), SE_FLOOR), PRIOR_DF + df, "launches" if df else "profile")
 
 
 @dataclass(frozen=True)
 class PointComparison:
     context: int
     measured: float
-    measured_n: int
+    measured_n: int  # valid pairs behind `measured`
     expected: float
     source: Literal["baseline", "model"]  # model: the baseline never measured this context
     ratio: float
     ratio_low: float
     ratio_high: float
     tolerance: float
-    mde: float  # smallest drop this point can call significant at its current repeats
+    mde: float  # smallest drop this point can call significant with the launches it has
     status: Status
     measured_acceptance: float | None = None
     expected_acceptance: float | None = None
     measured_step_ms: float | None = None
     expected_step_ms: float | None = None
+    launches: int = 1  # the run's launches (or attach rounds) behind `measured`
+    baseline_launches: int = 1
+    noise_sd: float = 0.0
+    noise_df: float = PRIOR_DF
+    noise_source: NoiseSource = "profile"
+    family: int = 1  # points judged together in the run (the Bonferroni divisor)
 
     @property
     def detectable_drop(self) -> float:
@@ -55,10 +93,18 @@ class PointComparison:
 
     def describe(self) -> str:
         src = "" if self.source == "baseline" else " (from the fitted model: not a baseline point)"
-        return (f"ctx={self.context}: {self.measured:.1f} tok/s vs {self.expected:.1f}{src}, "
-                f"ratio {self.ratio:.3f} [{self.ratio_low:.3f}, {self.ratio_high:.3f}], "
-                f"tolerance -{self.tolerance:.0%}, detectable drop {self.detectable_drop:.1%}: "
-                f"{self.status.upper()}")
+        noise = (
+            f"launch noise {self.noise_sd:.1%} from "
+            + ("the launches" if self.noise_source == "launches" else "the profile (assumed)")
+            + f", {1 - ALPHA / self.family:.2%} interval"
+        )
+        return (
+            f"ctx={self.context}: {self.measured:.1f} tok/s vs {self.expected:.1f}{src}, "
+            f"ratio {self.ratio:.3f} [{self.ratio_low:.3f}, {self.ratio_high:.3f}] "
+            f"({self.launches} vs {self.baseline_launches} launches, {noise}), "
+            f"tolerance -{self.tolerance:.0%}, detectable drop {self.detectable_drop:.1%}: "
+            f"{self.status.upper()}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,27 +122,90 @@ def judge(ratio: float, low: float, high: float, tolerance: float) -> Status:
     return "pass"
 
 
-def compare_point(baseline: Baseline, context: int, median: float, mad: float, n: int,
-                  tolerance: float, *, acceptance: float | None = None,
-                  step_ms: float | None = None) -> PointComparison:
-    bp = baseline.point(context)
+def compare_point(
+    baseline: Baseline, est: Estimate, tolerance: float, *, launch_noise_prior: float, family: int = 1
+) -> PointComparison:
+    """Judge `est` against `baseline` at its context (a baseline point, or the fitted model)."""
+    ctx = est.context
+    bp = baseline.point(ctx)
+    k = 1 if est.rounds else est.launches
+    source: Literal["baseline", "model"]
     if bp is not None:
         expected, source = bp.tps, "baseline"
-        se_b = se_log_median(bp.tps, bp.tps_mad, bp.n)
+        K = bp.launches
+        noise = launch_noise([(bp.launch_sd, K)] if bp.launch_sd is not None else [], est, launch_noise_prior)
+        # A one-launch baseline's own within-launch error is part of its launch noise already.
+        se = noise.sd * math.sqrt(1 / k + 1 / K)
         exp_acc, exp_step = bp.acceptance_length, bp.step_ms
     else:
         model = baseline.model
-        expected, source = model.tps(context), "model"
-        # The model's band is a ~95% half-width; as a standard error on the log scale:
-        se_b = max(SE_FLOOR, math.log1p(model.band(tolerance)) / Z95)
+        expected, source = model.tps(ctx), "model"
+        K = max((p.launches for p in baseline.points), default=1)
+        noise = launch_noise(
+            [(p.launch_sd, p.launches) for p in baseline.points if p.launch_sd is not None],
+            est,
+            launch_noise_prior,
+        )
+        # The model's band is a ~95% half-width of its prediction; as a standard error:
+        se_model = math.log1p(model.band(tolerance)) / 1.96
+        se = math.hypot(noise.sd / math.sqrt(k), se_model)
         exp_acc = model.acceptance_length if model.kind == "step_ms" else None
-        exp_step = model.cost_ms(context) if model.kind == "step_ms" else None
-    se = math.hypot(se_log_median(median, mad, n), se_b)
-    ratio = median / expected
-    low, high = ratio * math.exp(-Z95 * se), ratio * math.exp(Z95 * se)
+        exp_step = model.cost_ms(ctx) if model.kind == "step_ms" else None
+    # The run's launches can never be more precise than their own pairs say.
+    se = max(se, est.within_se / math.sqrt(k), SE_FLOOR)
+    q = noise.quantile(family)
+    ratio = est.tps / expected
+    low, high = ratio * math.exp(-q * se), ratio * math.exp(q * se)
     return PointComparison(
-        context=context, measured=median, measured_n=n, expected=expected, source=source,
-        ratio=ratio, ratio_low=low, ratio_high=high, tolerance=tolerance,
-        mde=1 - math.exp(-Z95 * se), status=judge(ratio, low, high, tolerance),
-        measured_acceptance=acceptance, expected_acceptance=exp_acc,
-        measured_step_ms=step_ms, expected_step_ms=exp_step)
+        context=ctx,
+        measured=est.tps,
+        measured_n=est.pairs,
+        expected=expected,
+        source=source,
+        ratio=ratio,
+        ratio_low=low,
+        ratio_high=high,
+        tolerance=tolerance,
+        mde=1 - math.exp(-q * se),
+        status=judge(ratio, low, high, tolerance),
+        measured_acceptance=est.acceptance,
+        expected_acceptance=exp_acc,
+        measured_step_ms=est.step_ms,
+        expected_step_ms=exp_step,
+        launches=est.launches,
+        baseline_launches=K,
+        noise_sd=noise.sd,
+        noise_df=noise.df,
+        noise_source=noise.source,
+        family=family,
+    )
+
+
+def launches_needed(
+    noise_sd: float,
+    baseline_launches: int,
+    drop: float,
+    *,
+    df: float = PRIOR_DF,
+    family: int = 1,
+    limit: int = 50,
+) -> int | None:
+    """How many run launches make a drop of `drop` detectable (the run's detectable drop falls
+    to `drop`), or None if even `limit` cannot (the baseline's own K launches then dominate)."""
+    for k in range(1, limit + 1):
+        q = Noise(noise_sd, df + (k - 1), "launches").quantile(family)
+        se = max(noise_sd * math.sqrt(1 / k + 1 / baseline_launches), SE_FLOOR)
+        if 1 - math.exp(-q * se) <= drop:
+            return k
+    return None
+
+
+__all__ = [
+    "Noise",
+    "PointComparison",
+    "compare_point",
+    "judge",
+    "launch_noise",
+    "launches_needed",
+    "se_log_median",
+]

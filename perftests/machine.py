@@ -26,7 +26,11 @@ def _gpus() -> list[dict[str, str]]:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20, check=True).stdout
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
     gpus = []
@@ -49,5 +53,8 @@ def fingerprint() -> dict[str, Any]:
 
 def hardware_key(fp: dict[str, Any]) -> dict[str, Any]:
     """The part of a fingerprint that must match for figures to be comparable (not the host name)."""
-    return {"cpu_model": fp.get("cpu_model"), "cpu_count": fp.get("cpu_count"),
-            "gpus": [(g.get("name"), g.get("driver")) for g in fp.get("gpus", [])]}
+    return {
+        "cpu_model": fp.get("cpu_model"),
+        "cpu_count": fp.get("cpu_count"),
+        "gpus": [(g.get("name"), g.get("driver")) for g in fp.get("gpus", [])],
+    }

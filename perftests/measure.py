@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from perftests.engines.base import EngineAdapter, RequestResult, StreamResult
+from perftests.engines.base import EngineAdapter, RequestResult, StreamResult, check_cache_mode
 from perftests.errors import NotSupportedError, PerftestsError
 from perftests.prompts import PromptSource
 from perftests.stats import Summary, summarize
@@ -81,17 +81,28 @@ class Pair:
         return 1000.0 * self.decode_s / steps if steps else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"context": self.context, "index": self.index, "cache_mode": self.cache_mode,
-                "valid": self.valid, "invalid_reason": self.invalid_reason,
-                "short": self.short.to_dict(), "long": self.long.to_dict(),
-                "warm": self.warm.to_dict() if self.warm else None}
+        return {
+            "context": self.context,
+            "index": self.index,
+            "cache_mode": self.cache_mode,
+            "valid": self.valid,
+            "invalid_reason": self.invalid_reason,
+            "short": self.short.to_dict(),
+            "long": self.long.to_dict(),
+            "warm": self.warm.to_dict() if self.warm else None,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Pair:
-        return cls(context=d["context"], index=d["index"], cache_mode=d["cache_mode"],
-                   invalid_reason=d["invalid_reason"], short=RequestResult(**d["short"]),
-                   long=RequestResult(**d["long"]),
-                   warm=RequestResult(**d["warm"]) if d.get("warm") else None)
+        return cls(
+            context=d["context"],
+            index=d["index"],
+            cache_mode=d["cache_mode"],
+            invalid_reason=d["invalid_reason"],
+            short=RequestResult(**d["short"]),
+            long=RequestResult(**d["long"]),
+            warm=RequestResult(**d["warm"]) if d.get("warm") else None,
+        )
 
 
 def check_pair(pair: Pair, context: int, short_n: int, long_n: int) -> str | None:
@@ -129,7 +140,8 @@ class Point:
     warmup: list[Pair] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     stream: StreamResult | None = None  # optional streamed cross-check at this context
-    elapsed_s: float = 0.0  # wall time spent measuring this point, warm-up and re-runs included
+    elapsed_s: float = 0.0  # wall time spent measuring this point, warm-up included
+    launch: int = 0  # which launch of the service (or attach round) measured it
 
     @property
     def valid_pairs(self) -> list[Pair]:
@@ -142,24 +154,30 @@ class Point:
         return summarize([p.engine_tps for p in self.valid_pairs if p.engine_tps is not None])
 
     def acceptance_length(self) -> Summary:
-        return summarize([p.acceptance_length for p in self.valid_pairs
-                          if p.acceptance_length is not None])
+        return summarize([p.acceptance_length for p in self.valid_pairs if p.acceptance_length is not None])
 
     def step_ms(self) -> Summary:
         return summarize([p.step_ms for p in self.valid_pairs if p.step_ms is not None])
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "context": self.context, "short_tokens": self.short_tokens,
-            "long_tokens": self.long_tokens, "cache_mode": self.cache_mode, "notes": self.notes,
+            "context": self.context,
+            "short_tokens": self.short_tokens,
+            "long_tokens": self.long_tokens,
+            "cache_mode": self.cache_mode,
+            "notes": self.notes,
             "summary": {"tps": self.tps().to_dict()},
             "pairs": [p.to_dict() for p in self.pairs],
             "warmup": [p.to_dict() for p in self.warmup],
             "stream": self.stream.to_dict() if self.stream else None,
             "elapsed_s": round(self.elapsed_s, 3),
+            "launch": self.launch,
         }
-        for name, fn in (("engine_tps", self.engine_tps), ("acceptance_length", self.acceptance_length),
-                         ("step_ms", self.step_ms)):
+        for name, fn in (
+            ("engine_tps", self.engine_tps),
+            ("acceptance_length", self.acceptance_length),
+            ("step_ms", self.step_ms),
+        ):
             s = fn()
             if s.n:
                 out["summary"][name] = s.to_dict()
@@ -167,12 +185,18 @@ class Point:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Point:
-        return cls(context=d["context"], short_tokens=d["short_tokens"], long_tokens=d["long_tokens"],
-                   cache_mode=d["cache_mode"], notes=list(d.get("notes", [])),
-                   pairs=[Pair.from_dict(p) for p in d["pairs"]],
-                   warmup=[Pair.from_dict(p) for p in d.get("warmup", [])],
-                   stream=_stream_from_dict(d.get("stream")),
-                   elapsed_s=float(d.get("elapsed_s", 0.0)))
+        return cls(
+            context=d["context"],
+            short_tokens=d["short_tokens"],
+            long_tokens=d["long_tokens"],
+            cache_mode=d["cache_mode"],
+            notes=list(d.get("notes", [])),
+            pairs=[Pair.from_dict(p) for p in d["pairs"]],
+            warmup=[Pair.from_dict(p) for p in d.get("warmup", [])],
+            stream=_stream_from_dict(d.get("stream")),
+            elapsed_s=float(d.get("elapsed_s", 0.0)),
+            launch=int(d.get("launch", 0)),
+        )
 
 
 def _stream_from_dict(d: dict[str, Any] | None) -> StreamResult | None:
@@ -189,11 +213,19 @@ Progress = Callable[[str], None]
 class TwoPointMeter:
     """Measures points on one service. One instance per service; never shared across services."""
 
-    def __init__(self, adapter: EngineAdapter, prompts: PromptSource, *, short_tokens: int = 8,
-                 long_tokens: int = 264, cache_mode: CacheMode = "warm", max_retries: int = 3,
-                 adaptive_span: bool = True, before_request: Callable[[], None] | None = None) -> None:
-        if cache_mode not in ("warm", "cold"):
-            raise ValueError(f"cache_mode must be 'warm' or 'cold', got {cache_mode!r}")
+    def __init__(
+        self,
+        adapter: EngineAdapter,
+        prompts: PromptSource,
+        *,
+        short_tokens: int = 8,
+        long_tokens: int = 264,
+        cache_mode: CacheMode = "warm",
+        max_retries: int = 3,
+        adaptive_span: bool = True,
+        before_request: Callable[[], None] | None = None,
+    ) -> None:
+        check_cache_mode(type(adapter), cache_mode)  # ConfigError if it cannot honour and verify it
         self.adapter = adapter
         self.prompts = prompts
         self.short_tokens = short_tokens
@@ -208,12 +240,12 @@ class TwoPointMeter:
         if self.before_request:
             self.before_request()
         if self.cache_mode == "cold":
-            try:
-                self.adapter.flush_cache()
-            except NotSupportedError:
-                pass  # cache_prompt=false below bypasses reuse where flushing is unavailable
-            return self.adapter.generate(prompt, n, cache_prompt=False)
-        return self.adapter.generate(prompt, n, cache_prompt=True)
+            if self.adapter.capabilities.bypass_cache:
+                return self.adapter.generate(prompt, n, bypass_cache=True)
+            # No per-request bypass: flush first. A failed flush is an error of the run, never
+            # passed over: the request would then not be cold.
+            self.adapter.flush_cache()
+        return self.adapter.generate(prompt, n)
 
     def pair(self, context: int, long_tokens: int) -> Pair:
         index = self._index
@@ -228,8 +260,9 @@ class TwoPointMeter:
         pair.invalid_reason = check_pair(pair, context, self.short_tokens, long_tokens)
         return pair
 
-    def measure(self, context: int, *, repeats: int, warmup: int = 1,
-                progress: Progress | None = None) -> Point:
+    def measure(
+        self, context: int, *, repeats: int, warmup: int = 1, progress: Progress | None = None
+    ) -> Point:
         point = Point(context, self.short_tokens, self.long_tokens, self.cache_mode)
         long_tokens = self.long_tokens
         for _ in range(warmup):
@@ -249,8 +282,10 @@ class TwoPointMeter:
                 failures += 1
                 if failures > self.max_retries:
                     reasons = "; ".join(sorted({q.invalid_reason or "" for q in point.pairs if not q.valid}))
-                    raise MeasurementError(f"ctx={context}: {failures} invalid pairs (limit "
-                                           f"{self.max_retries} retries): {reasons}")
+                    raise MeasurementError(
+                        f"ctx={context}: {failures} invalid pairs (limit "
+                        f"{self.max_retries} retries): {reasons}"
+                    )
         if point.valid_pairs and point.valid_pairs[0].short.cached_tokens is None:
             point.notes.append("engine reports no cached-token counts: cache state unverified")
         return point
@@ -278,6 +313,8 @@ class TwoPointMeter:
         while w.short.wall_s > 0.5 * w.decode_s * (new - self.short_tokens) / w.decode_tokens and new < cap:
             new = min(cap, self.short_tokens + 2 * (new - self.short_tokens))
         if new != long_tokens:
-            point.notes.append(f"decode span grown to {new} tokens: the short request took "
-                               f"{w.short.wall_s * 1000:.0f} ms against {w.decode_s * 1000:.0f} ms of decode")
+            point.notes.append(
+                f"decode span grown to {new} tokens: the short request took "
+                f"{w.short.wall_s * 1000:.0f} ms against {w.decode_s * 1000:.0f} ms of decode"
+            )
         return new

@@ -25,8 +25,14 @@ def _set_parent_death_signal() -> None:  # runs in the child between fork and ex
 
 
 class ManagedProcess:
-    def __init__(self, argv: Sequence[str], *, env: dict[str, str] | None = None,
-                 log_path: Path, cwd: Path | None = None) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        log_path: Path,
+        cwd: Path | None = None,
+    ) -> None:
         self.argv = list(argv)
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -34,14 +40,20 @@ class ManagedProcess:
         with open(log_path, "ab") as log:
             try:
                 self.popen = subprocess.Popen(
-                    self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    env=full_env, cwd=cwd, start_new_session=True,
+                    self.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=full_env,
+                    cwd=cwd,
+                    start_new_session=True,
                     preexec_fn=_set_parent_death_signal,
                 )
             except OSError as e:
                 # Same class as an early exit: the service did not start. Imported late to keep
                 # this module free of the error hierarchy's users.
                 from perftests.errors import ServiceStartError
+
                 raise ServiceStartError(f"cannot start {self.argv[0]!r}: {e.strerror}") from None
         _LIVE.add(self)
 
@@ -54,7 +66,7 @@ class ManagedProcess:
 
     def log_tail(self, lines: int = 30) -> str:
         try:
-            data = self.log_path.read_bytes()[-64 * 1024:]
+            data = self.log_path.read_bytes()[-64 * 1024 :]
         except OSError:
             return "(no log)"
         return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
@@ -89,4 +101,3 @@ def stop_all(grace_s: float = 5.0) -> None:
 
 
 atexit.register(stop_all)
-

@@ -51,9 +51,14 @@ class GateDefaults:
     warmup: int = 1
     tolerance: float = 0.05  # relative drop allowed before a point can fail
     baseline: str | None = None
-    reruns: int = 2  # re-measurements of an inconclusive point before the run concludes
+    reruns: int = 2  # extra launches (attached: rounds) while a point is inconclusive
     inconclusive: str = "pass"  # pass (with a warning) | fail: what a still-inconclusive curve does
     fingerprint_mismatch: str = "warn"  # warn | fail: a run on other hardware than the baseline's
+    launches: int = 1  # launches per gate run: each a fresh service, the unit of replication
+    refresh_launches: int = 5  # launches per baseline refresh
+    launch_noise: float = 0.05  # between-launch sd of log tok/s assumed where none is measured
+    machine_tolerance: float = 0.15  # how far the machine control may sit outside the baseline's
+    control: bool = True  # run the machine control before and after each launch
 
 
 @dataclass(frozen=True)
@@ -112,6 +117,7 @@ def load(name_or_path: str, extra: list[Path] | None = None) -> Profile:
 
 # -- parsing with line numbers ------------------------------------------------------------
 
+
 class _Doc:
     """The parsed data plus a map from field path to line, for errors a user can act on."""
 
@@ -146,8 +152,9 @@ class _Doc:
             key = key_parent
         return ConfigError(f"{self.path}:{line or 1}: field '{key}': {msg}")
 
-    def get(self, key: str, kind: type | tuple[type, ...], default: Any = ..., *,
-            positive: bool = False) -> Any:
+    def get(
+        self, key: str, kind: type | tuple[type, ...], default: Any = ..., *, positive: bool = False
+    ) -> Any:
         cur: Any = self.data
         for part in key.split("."):
             if not isinstance(cur, dict) or part not in cur:
@@ -160,7 +167,7 @@ class _Doc:
         # bool is an int in Python; a YAML `true` where a number belongs is a mistake.
         if not isinstance(cur, kind) or (isinstance(cur, bool) and bool not in _as_tuple(kind)):
             raise self.error(key, f"expected {_kind_name(kind)}, got {type(cur).__name__} {cur!r}")
-        if positive and cur <= 0:
+        if positive and cur <= 0:  # type: ignore[operator]  # a number, checked above
             raise self.error(key, f"must be positive, got {cur!r}")
         return cur
 
@@ -177,8 +184,14 @@ def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:
-    names = {int: "an integer", float: "a number", str: "a string", list: "a list",
-             dict: "a mapping", bool: "true or false"}
+    names = {
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a mapping",
+        bool: "true or false",
+    }
     return " or ".join(names.get(k, k.__name__) for k in _as_tuple(kind))
 
 
@@ -186,6 +199,13 @@ def _choice(doc: _Doc, key: str, allowed: tuple[str, ...], default: str) -> str:
     value = doc.get(key, str, default)
     if value not in allowed:
         raise doc.error(key, f"expected one of {', '.join(allowed)}, got {value!r}")
+    return value
+
+
+def _fraction(doc: _Doc, key: str, default: float) -> float:
+    value = float(doc.get(key, (int, float), default))
+    if not 0 < value < 1:
+        raise doc.error(key, f"must be a fraction between 0 and 1, got {value}")
     return value
 
 
@@ -202,8 +222,23 @@ def parse_file(path: Path) -> Profile:
     doc.check_keys("service.launch", {"argv", "env", "startup_timeout_s", "shutdown_grace_s"})
     doc.check_keys("service.timeouts", {"connect_s", "request_s"})
     doc.check_keys("sweep", {"contexts", "short_tokens", "long_tokens"})
-    doc.check_keys("defaults", {"repeats", "warmup", "tolerance", "baseline", "reruns",
-                                "inconclusive", "fingerprint_mismatch"})
+    doc.check_keys(
+        "defaults",
+        {
+            "repeats",
+            "warmup",
+            "tolerance",
+            "baseline",
+            "reruns",
+            "inconclusive",
+            "fingerprint_mismatch",
+            "launches",
+            "refresh_launches",
+            "launch_noise",
+            "machine_tolerance",
+            "control",
+        },
+    )
 
     name = doc.get("name", str, path.stem)
     if name != path.stem:
@@ -215,8 +250,7 @@ def parse_file(path: Path) -> Profile:
     launch = None
     if doc.get("service.launch", dict, None) is not None:
         argv = doc.get("service.launch.argv", list)
-        if not argv or not all(isinstance(a, (str, int, float)) and not isinstance(a, bool)
-                               for a in argv):
+        if not argv or not all(isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in argv):
             raise doc.error("service.launch.argv", "expected a non-empty list of strings")
         env = doc.get("service.launch.env", dict, {})
         if not all(isinstance(v, (str, int, float)) for v in env.values()):
@@ -224,10 +258,12 @@ def parse_file(path: Path) -> Profile:
         launch = LaunchSpec(
             argv=tuple(str(a) for a in argv),
             env={str(k): str(v) for k, v in env.items()},
-            startup_timeout_s=float(doc.get("service.launch.startup_timeout_s", (int, float), 300,
-                                            positive=True)),
-            shutdown_grace_s=float(doc.get("service.launch.shutdown_grace_s", (int, float), 10,
-                                           positive=True)),
+            startup_timeout_s=float(
+                doc.get("service.launch.startup_timeout_s", (int, float), 300, positive=True)
+            ),
+            shutdown_grace_s=float(
+                doc.get("service.launch.shutdown_grace_s", (int, float), 10, positive=True)
+            ),
         )
     url = doc.get("service.url", str, None)
     if launch is None and url is None:
@@ -236,7 +272,10 @@ def parse_file(path: Path) -> Profile:
     if not health.startswith("/"):
         raise doc.error("service.health_path", f"must start with '/', got {health!r}")
     service = ServiceSpec(
-        engine=engine, url=url, launch=launch, health_path=health,
+        engine=engine,
+        url=url,
+        launch=launch,
+        health_path=health,
         api_key_env=doc.get("service.api_key_env", str, None),
         connect_timeout_s=float(doc.get("service.timeouts.connect_s", (int, float), 5.0, positive=True)),
         request_timeout_s=float(doc.get("service.timeouts.request_s", (int, float), 600.0, positive=True)),
@@ -244,8 +283,7 @@ def parse_file(path: Path) -> Profile:
     )
 
     contexts = doc.get("sweep.contexts", list)
-    if not contexts or not all(isinstance(c, int) and not isinstance(c, bool) and c > 0
-                               for c in contexts):
+    if not contexts or not all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in contexts):
         raise doc.error("sweep.contexts", f"expected a non-empty list of positive integers, got {contexts!r}")
     if len(set(contexts)) != len(contexts):
         raise doc.error("sweep.contexts", "has duplicates")
@@ -266,6 +304,21 @@ def parse_file(path: Path) -> Profile:
         reruns=doc.get("defaults.reruns", int, 2),
         inconclusive=_choice(doc, "defaults.inconclusive", ("pass", "fail"), "pass"),
         fingerprint_mismatch=_choice(doc, "defaults.fingerprint_mismatch", ("warn", "fail"), "warn"),
+        launches=doc.get("defaults.launches", int, 1, positive=True),
+        refresh_launches=doc.get("defaults.refresh_launches", int, 5, positive=True),
+        launch_noise=_fraction(doc, "defaults.launch_noise", 0.05),
+        machine_tolerance=_fraction(doc, "defaults.machine_tolerance", 0.15),
+        control=doc.get("defaults.control", bool, True),
     )
-    return Profile(name=name, path=path, description=doc.get("description", str, ""),
-                   service=service, sweep=sweep, defaults=defaults)
+    if defaults.reruns < 0 or defaults.warmup < 0:
+        raise doc.error(
+            "defaults.reruns" if defaults.reruns < 0 else "defaults.warmup", "must not be negative"
+        )
+    return Profile(
+        name=name,
+        path=path,
+        description=doc.get("description", str, ""),
+        service=service,
+        sweep=sweep,
+        defaults=defaults,
+    )

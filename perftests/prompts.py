@@ -48,7 +48,8 @@ class PromptSource:
             except NotSupportedError:
                 raise NotSupportedError(
                     f"{self.adapter.name}: cannot tokenize, so prompts cannot be built from text; "
-                    "use an engine adapter with a tokenizer endpoint") from None
+                    "use an engine adapter with a tokenizer endpoint"
+                ) from None
             if len(ids) < 64:
                 raise ConfigError(f"corpus tokenised to only {len(ids)} tokens")
             self._corpus_ids = np.asarray(ids, dtype=np.int64)
@@ -68,7 +69,7 @@ class PromptSource:
         else:
             start = int(rng.integers(0, len(pool)))
             reps = (start + body_n) // len(pool) + 1
-            body = np.tile(pool, reps)[start:start + body_n]
+            body = np.tile(pool, reps)[start : start + body_n]
         return [int(t) for t in np.concatenate([header, body])]
 
     def text(self, length: int, index: int) -> str:

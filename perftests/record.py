@@ -1,5 +1,5 @@
-"""The run record: plain data, schema-versioned JSON holding every raw pair, so any figure in
-it can be recomputed from the requests that produced it."""
+"""The run record: typed objects while a run lives, schema-versioned JSON once written. It holds
+every raw pair of every launch, so any figure in it can be recomputed from its requests."""
 
 from __future__ import annotations
 
@@ -12,10 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from perftests import __version__
+from perftests import baseline as bl
+from perftests.compare import PointComparison
+from perftests.control import MachineCheck, Reading
 from perftests.errors import ConfigError
+from perftests.estimate import Estimate, estimates
 from perftests.measure import Point
+from perftests.outcome import Outcome
+from perftests.verdict import CurveVerdict
 
-SCHEMA = "perftests.run/1"
+SCHEMA = "perftests.run/2"
 
 
 def git_commit(cwd: Path | None = None) -> str | None:
@@ -25,13 +31,91 @@ def git_commit(cwd: Path | None = None) -> str | None:
     if env:
         return env
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                             cwd=cwd, timeout=10)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=cwd, timeout=10
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     sha = out.stdout.strip()
     # Outside a repository git can echo the argument back ("HEAD") with a non-zero exit.
     return sha if out.returncode == 0 and len(sha) == 40 else None
+
+
+@dataclass(frozen=True)
+class LaunchInfo:
+    """One launch of the service (or, attached, one round of measuring it)."""
+
+    index: int
+    url: str
+    launched: bool
+    startup_s: float | None = None
+    contexts: tuple[int, ...] = ()
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "url": self.url,
+            "launched": self.launched,
+            "startup_s": self.startup_s,
+            "contexts": list(self.contexts),
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LaunchInfo:
+        return cls(
+            int(d["index"]),
+            str(d["url"]),
+            bool(d["launched"]),
+            d.get("startup_s"),
+            tuple(d.get("contexts") or ()),
+            d.get("error"),
+        )
+
+
+@dataclass(frozen=True)
+class JudgedAgainst:
+    """The baseline a run was judged against, with the tolerance it was judged with."""
+
+    path: str
+    tolerance: float
+    baseline: bl.Baseline | None  # None: the file did not exist (refresh of a new hardware)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "tolerance": self.tolerance,
+            "baseline": self.baseline.to_dict() if self.baseline else None,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> JudgedAgainst:
+        b = d.get("baseline")
+        return cls(
+            str(d["path"]),
+            float(d["tolerance"]),
+            bl.from_dict(b, f"{d['path']} (as recorded)") if b else None,
+        )
+
+
+@dataclass(frozen=True)
+class PointResult:
+    """One context as reported: its launch-level figure, its judgement, or why there is none."""
+
+    context: int
+    estimate: Estimate | None
+    comparison: PointComparison | None
+    problem: str | None
+    failed: bool = False  # its test fails (outcome.point_fails), or it has a problem
+
+    @property
+    def status(self) -> str:
+        if self.estimate is None:
+            return "error"
+        if self.comparison is None:
+            return "measured"  # refresh mode, or no baseline to judge against
+        return self.comparison.status
 
 
 @dataclass
@@ -43,17 +127,20 @@ class RunRecord:
     server: dict[str, Any]
     machine: dict[str, Any]
     settings: dict[str, Any]
-    points: list[Point] = field(default_factory=list)
+    points: list[Point] = field(default_factory=list)  # every launch's, each with its `launch`
     errors: list[str] = field(default_factory=list)
     created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     commit: str | None = None
     tool_version: str = __version__
     target: str = ""  # the service's label in test ids and reports (the profile, or host:port)
     worker: str | None = field(default_factory=lambda: os.environ.get("PYTEST_XDIST_WORKER"))
-    # Set by the gate when it judged the run, so every report renders from this record alone:
-    baseline: dict[str, Any] | None = None  # what it was judged against (points, model, tolerance)
-    comparisons: list[dict[str, Any]] = field(default_factory=list)
-    verdict: dict[str, Any] | None = None
+    launches: list[LaunchInfo] = field(default_factory=list)
+    control: list[Reading] = field(default_factory=list)
+    judged_against: JudgedAgainst | None = None
+    comparisons: list[PointComparison] = field(default_factory=list)
+    verdict: CurveVerdict | None = None
+    machine_check: MachineCheck | None = None
+    outcome: Outcome | None = None
     warnings: list[str] = field(default_factory=list)
     problems: dict[int, str] = field(default_factory=dict)  # ctx -> why it has no judgement
     refresh: str | None = None  # the old-vs-new table when this run rewrote the baseline
@@ -62,16 +149,52 @@ class RunRecord:
     def name(self) -> str:
         return self.target or self.profile
 
+    @property
+    def baseline(self) -> bl.Baseline | None:
+        return self.judged_against.baseline if self.judged_against else None
+
+    def estimates(self) -> dict[int, Estimate]:
+        return estimates(self.points, rounds=not self.launched)
+
+    def results(self) -> list[PointResult]:
+        """Every context the run was asked for (or measured), in order."""
+        ests = self.estimates()
+        comps = {c.context: c for c in self.comparisons}
+        failing = set(self.outcome.failing_contexts) if self.outcome else set()
+        wanted = set(self.settings.get("contexts") or []) | set(ests) | set(comps) | set(self.problems)
+        return [
+            PointResult(
+                c, ests.get(c), comps.get(c), self.problems.get(c), c in failing or c in self.problems
+            )
+            for c in sorted(wanted)
+        ]
+
     def to_dict(self) -> dict[str, Any]:
         return {
-            "schema": SCHEMA, "created": self.created, "tool_version": self.tool_version,
-            "commit": self.commit, "profile": self.profile, "target": self.name,
-            "engine": self.engine, "service_url": self.service_url, "launched": self.launched,
-            "worker": self.worker, "server": self.server, "machine": self.machine,
-            "settings": self.settings, "errors": self.errors,
-            "points": [p.to_dict() for p in sorted(self.points, key=lambda p: p.context)],
-            "baseline": self.baseline, "comparisons": self.comparisons, "verdict": self.verdict,
-            "warnings": self.warnings, "problems": {str(k): v for k, v in self.problems.items()},
+            "schema": SCHEMA,
+            "created": self.created,
+            "tool_version": self.tool_version,
+            "commit": self.commit,
+            "profile": self.profile,
+            "target": self.name,
+            "engine": self.engine,
+            "service_url": self.service_url,
+            "launched": self.launched,
+            "worker": self.worker,
+            "server": self.server,
+            "machine": self.machine,
+            "settings": self.settings,
+            "errors": self.errors,
+            "launches": [x.to_dict() for x in self.launches],
+            "control": [r.to_dict() for r in self.control],
+            "points": [p.to_dict() for p in sorted(self.points, key=lambda p: (p.context, p.launch))],
+            "judged_against": self.judged_against.to_dict() if self.judged_against else None,
+            "comparisons": [c.to_dict() for c in sorted(self.comparisons, key=lambda c: c.context)],
+            "verdict": self.verdict.to_dict() if self.verdict else None,
+            "machine_check": self.machine_check.to_dict() if self.machine_check else None,
+            "outcome": self.outcome.to_dict() if self.outcome else None,
+            "warnings": self.warnings,
+            "problems": {str(k): v for k, v in self.problems.items()},
             "refresh": self.refresh,
         }
 
@@ -79,19 +202,43 @@ class RunRecord:
     def from_dict(cls, d: dict[str, Any]) -> RunRecord:
         if not isinstance(d, dict) or d.get("schema") != SCHEMA:
             got = d.get("schema") if isinstance(d, dict) else type(d).__name__
-            raise ValueError(f"unsupported record schema {got!r}; expected {SCHEMA}")
+            raise ValueError(
+                f"unsupported record schema {got!r}; expected {SCHEMA}"
+                + (
+                    " (records of perftests.run/1, before launch-level statistics, are not read)"
+                    if got == "perftests.run/1"
+                    else ""
+                )
+            )
         try:
-            return cls(profile=d["profile"], engine=d["engine"], service_url=d["service_url"],
-                       launched=d["launched"], server=d["server"], machine=d["machine"],
-                       settings=d["settings"], points=[Point.from_dict(p) for p in d["points"]],
-                       errors=list(d.get("errors", [])), created=d["created"],
-                       commit=d.get("commit"), tool_version=d.get("tool_version", "?"),
-                       target=d.get("target", ""), worker=d.get("worker"),
-                       baseline=d.get("baseline"), comparisons=list(d.get("comparisons") or []),
-                       verdict=d.get("verdict"), warnings=list(d.get("warnings") or []),
-                       problems={int(k): str(v) for k, v in (d.get("problems") or {}).items()},
-                       refresh=d.get("refresh"))
-        except (KeyError, TypeError) as e:
+            ja, v, mc, oc = (d.get(k) for k in ("judged_against", "verdict", "machine_check", "outcome"))
+            return cls(
+                profile=d["profile"],
+                engine=d["engine"],
+                service_url=d["service_url"],
+                launched=d["launched"],
+                server=d["server"],
+                machine=d["machine"],
+                settings=d["settings"],
+                points=[Point.from_dict(p) for p in d["points"]],
+                errors=list(d.get("errors", [])),
+                created=d["created"],
+                commit=d.get("commit"),
+                tool_version=d.get("tool_version", "?"),
+                target=d.get("target", ""),
+                worker=d.get("worker"),
+                launches=[LaunchInfo.from_dict(x) for x in d.get("launches") or []],
+                control=[Reading.from_dict(r) for r in d.get("control") or []],
+                judged_against=JudgedAgainst.from_dict(ja) if ja else None,
+                comparisons=[PointComparison.from_dict(c) for c in d.get("comparisons") or []],
+                verdict=CurveVerdict.from_dict(v) if v else None,
+                machine_check=MachineCheck.from_dict(mc) if mc else None,
+                outcome=Outcome.from_dict(oc) if oc else None,
+                warnings=list(d.get("warnings") or []),
+                problems={int(k): str(v) for k, v in (d.get("problems") or {}).items()},
+                refresh=d.get("refresh"),
+            )
+        except (KeyError, TypeError, ConfigError) as e:
             raise ValueError(f"malformed run record: missing or invalid field {e}") from None
 
     def write(self, path: Path) -> None:

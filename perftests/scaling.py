@@ -53,15 +53,20 @@ class ScalingModel:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ScalingModel:
-        return cls(kind=d["kind"], a_ms=float(d["a_ms"]), b_ms_per_token=float(d["b_ms_per_token"]),
-                   r2=float(d["r2"]), max_rel_residual=float(d["max_rel_residual"]),
-                   acceptance_length=(None if d.get("acceptance_length") is None
-                                      else float(d["acceptance_length"])),
-                   contexts=tuple(int(c) for c in d["contexts"]))
+        return cls(
+            kind=d["kind"],
+            a_ms=float(d["a_ms"]),
+            b_ms_per_token=float(d["b_ms_per_token"]),
+            r2=float(d["r2"]),
+            max_rel_residual=float(d["max_rel_residual"]),
+            acceptance_length=(None if d.get("acceptance_length") is None else float(d["acceptance_length"])),
+            contexts=tuple(int(c) for c in d["contexts"]),
+        )
 
 
-def fit(contexts: Sequence[int], cost_ms: Sequence[float], kind: Kind,
-        acceptance_length: float | None = None) -> ScalingModel:
+def fit(
+    contexts: Sequence[int], cost_ms: Sequence[float], kind: Kind, acceptance_length: float | None = None
+) -> ScalingModel:
     """Fit cost = a + b*ctx. Needs at least two distinct contexts; a and b are kept non-negative
     (a negative constant or slope has no physical meaning and would extrapolate wildly)."""
     x = np.asarray(contexts, dtype=float)
@@ -82,14 +87,20 @@ def fit(contexts: Sequence[int], cost_ms: Sequence[float], kind: Kind,
     ss_res = float(np.sum(((y - pred) * w) ** 2))
     ss_tot = float(np.sum(((y - np.average(y, weights=w**2)) * w) ** 2))
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
-    return ScalingModel(kind=kind, a_ms=float(a), b_ms_per_token=float(b), r2=r2,
-                        max_rel_residual=float(np.max(np.abs(rel))),
-                        acceptance_length=acceptance_length,
-                        contexts=tuple(int(c) for c in x))
+    return ScalingModel(
+        kind=kind,
+        a_ms=float(a),
+        b_ms_per_token=float(b),
+        r2=r2,
+        max_rel_residual=float(np.max(np.abs(rel))),
+        acceptance_length=acceptance_length,
+        contexts=tuple(int(c) for c in x),
+    )
 
 
-def fit_curve(contexts: Sequence[int], tps: Sequence[float],
-              acceptance: Sequence[float | None] | None = None) -> ScalingModel:
+def fit_curve(
+    contexts: Sequence[int], tps: Sequence[float], acceptance: Sequence[float | None] | None = None
+) -> ScalingModel:
     """Fit from a measured curve: on step time where acceptance lengths are known, else per token."""
     acc = [a for a in (acceptance or []) if a]
     if acceptance and len(acc) == len(tps):

@@ -40,9 +40,14 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def resolve_placeholders(argv: tuple[str, ...] | list[str], *, host: str, port: int,
-                         where: str = "launch.argv",
-                         progress: Callable[[str], None] | None = None) -> list[str]:
+def resolve_placeholders(
+    argv: tuple[str, ...] | list[str],
+    *,
+    host: str,
+    port: int,
+    where: str = "launch.argv",
+    progress: Callable[[str], None] | None = None,
+) -> list[str]:
     """Expand {port}, {host}, {cache}, {cache:SUBDIR}, {env:VAR}, {model:NAME},
     {llama_server} and {llama_server_cuda}.
 
@@ -61,19 +66,24 @@ def resolve_placeholders(argv: tuple[str, ...] | list[str], *, host: str, port: 
             return os.environ[arg]
         if name == "cache":
             from perftests.reference.cache import cache_dir
+
             path = cache_dir() / arg if arg else cache_dir()
             path.mkdir(parents=True, exist_ok=True)
             return str(path)
         if name == "model" and arg:
             from perftests.reference.models import model_path
+
             return str(model_path(arg))
         if name in ("llama_server", "llama_server_cuda"):
             from perftests.reference.build import CUDA_FLAGS, ensure_llama_server
+
             flags = CUDA_FLAGS if name.endswith("cuda") else ()
             return str(ensure_llama_server(flags, progress=progress))
-        raise ConfigError(f"{where}: unknown placeholder {m.group(0)}; known: {{port}}, {{host}}, "
-                          "{cache}, {cache:SUBDIR}, {env:VAR}, {model:NAME}, {llama_server}, "
-                          "{llama_server_cuda}")
+        raise ConfigError(
+            f"{where}: unknown placeholder {m.group(0)}; known: {{port}}, {{host}}, "
+            "{cache}, {cache:SUBDIR}, {env:VAR}, {model:NAME}, {llama_server}, "
+            "{llama_server_cuda}"
+        )
 
     return [_PLACEHOLDER.sub(one, a) for a in argv]
 
@@ -105,8 +115,10 @@ class Service:
     def check_alive(self) -> None:
         """Raise ServiceError if a service we launched has exited."""
         if self.process is not None and (code := self.process.poll()) is not None:
-            raise ServiceError(f"the service exited with code {code} during the run; "
-                               f"log {self.process.log_path}, last lines:\n{self.process.log_tail()}")
+            raise ServiceError(
+                f"the service exited with code {code} during the run; "
+                f"log {self.process.log_path}, last lines:\n{self.process.log_tail()}"
+            )
 
     def explain_failure(self, err: ServiceError) -> ServiceError:
         """Turn a transport error into the better message: the process died, if it did."""
@@ -124,8 +136,12 @@ class Service:
 
 def make_adapter(spec: ServiceSpec, url: str, api_key: str | None) -> EngineAdapter:
     cls = ADAPTERS[spec.engine]
-    adapter = cls(url, api_key=api_key, model=spec.model,
-                  timeouts=Timeouts(spec.connect_timeout_s, spec.request_timeout_s))
+    adapter = cls(
+        url,
+        api_key=api_key,
+        model=spec.model,
+        timeouts=Timeouts(spec.connect_timeout_s, spec.request_timeout_s),
+    )
     adapter.health_path = spec.health_path
     return adapter
 
@@ -140,15 +156,23 @@ def attach(spec: ServiceSpec, url: str, *, api_key: str | None = None) -> Servic
     return Service(url=url, adapter=adapter)
 
 
-def launch(spec: ServiceSpec, launch_spec: LaunchSpec, *, log_dir: Path,
-           api_key: str | None = None, label: str = "service",
-           progress: Callable[[str], None] | None = None) -> Service:
+def launch(
+    spec: ServiceSpec,
+    launch_spec: LaunchSpec,
+    *,
+    log_dir: Path,
+    api_key: str | None = None,
+    label: str = "service",
+    progress: Callable[[str], None] | None = None,
+) -> Service:
     """Start the service from its argv (no shell), wait until healthy, or fail with the log tail."""
     host = "127.0.0.1"
     port = free_port(host)
     argv = resolve_placeholders(launch_spec.argv, host=host, port=port, progress=progress)
-    env = {k: _PLACEHOLDER.sub(lambda m: str(port) if m.group(1) == "port" else m.group(0), v)
-           for k, v in launch_spec.env.items()}
+    env = {
+        k: _PLACEHOLDER.sub(lambda m: str(port) if m.group(1) == "port" else m.group(0), v)
+        for k, v in launch_spec.env.items()
+    }
     log_path = log_dir / f"{label}-{time.strftime('%Y%m%d-%H%M%S')}-{port}.log"
     url = f"http://{host}:{port}"
     if progress:
@@ -162,8 +186,10 @@ def launch(spec: ServiceSpec, launch_spec: LaunchSpec, *, log_dir: Path,
         code = proc.poll()
         if code is not None:
             adapter.close()
-            raise ServiceStartError(f"the service exited with code {code} while starting; "
-                                    f"log {log_path}, last lines:\n{proc.log_tail()}")
+            raise ServiceStartError(
+                f"the service exited with code {code} while starting; "
+                f"log {log_path}, last lines:\n{proc.log_tail()}"
+            )
         try:
             adapter.health()
             break
@@ -173,14 +199,21 @@ def launch(spec: ServiceSpec, launch_spec: LaunchSpec, *, log_dir: Path,
             service.close()
             raise ServiceStartError(
                 f"the service was not healthy at {url}{spec.health_path} after "
-                f"{launch_spec.startup_timeout_s:.0f} s; log {log_path}, last lines:\n{proc.log_tail()}")
+                f"{launch_spec.startup_timeout_s:.0f} s; log {log_path}, last lines:\n{proc.log_tail()}"
+            )
         time.sleep(0.2)
     service.startup_s = time.monotonic() - t0
     return service
 
 
-def open_service(profile: Profile, *, url: str | None = None, api_key_env: str | None = None,
-                 log_dir: Path, progress: Callable[[str], None] | None = None) -> Service:
+def open_service(
+    profile: Profile,
+    *,
+    url: str | None = None,
+    api_key_env: str | None = None,
+    log_dir: Path,
+    progress: Callable[[str], None] | None = None,
+) -> Service:
     """Attach when a URL is given (option or profile), otherwise launch from the profile."""
     spec = profile.service
     api_key = api_key_from_env(api_key_env or spec.api_key_env)
@@ -189,5 +222,4 @@ def open_service(profile: Profile, *, url: str | None = None, api_key_env: str |
         return attach(spec, url, api_key=api_key)
     if spec.launch is None:
         raise ConfigError(f"{profile.path}: profile has no service.launch; pass --service-url")
-    return launch(spec, spec.launch, log_dir=log_dir, api_key=api_key, label=profile.name,
-                  progress=progress)
+    return launch(spec, spec.launch, log_dir=log_dir, api_key=api_key, label=profile.name, progress=progress)

@@ -31,12 +31,12 @@ class Summary:
     warning: str | None
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: (None if isinstance(v, float) and math.isnan(v) else v)
-                for k, v in asdict(self).items()}
+        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(self).items()}
 
 
-def bootstrap_median_ci(values: Sequence[float], confidence: float = 0.95,
-                        resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+def bootstrap_median_ci(
+    values: Sequence[float], confidence: float = 0.95, resamples: int = 2000, seed: int = 0
+) -> tuple[float, float]:
     """Percentile bootstrap interval of the median; seeded, so a record recomputes exactly."""
     x = np.asarray(values, dtype=float)
     if x.size == 0:
@@ -49,8 +49,9 @@ def bootstrap_median_ci(values: Sequence[float], confidence: float = 0.95,
     return float(np.quantile(medians, alpha)), float(np.quantile(medians, 1.0 - alpha))
 
 
-def summarize(values: Sequence[float], confidence: float = 0.95,
-              unstable_rcv: float = UNSTABLE_RCV) -> Summary:
+def summarize(
+    values: Sequence[float], confidence: float = 0.95, unstable_rcv: float = UNSTABLE_RCV
+) -> Summary:
     x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
     if x.size == 0:
         nan = math.nan
@@ -59,11 +60,13 @@ def summarize(values: Sequence[float], confidence: float = 0.95,
     mad = float(np.median(np.abs(x - med)))
     rcv = MAD_TO_SIGMA * mad / abs(med) if med else math.inf
     cv = float(np.std(x, ddof=1) / abs(np.mean(x))) if x.size > 1 and np.mean(x) else 0.0
-    lo, hi = bootstrap_median_ci(x, confidence)
+    lo, hi = bootstrap_median_ci(x.tolist(), confidence)
     warning = None
     if x.size < MIN_SAMPLES:
         warning = f"only {x.size} sample(s): no spread estimate, do not trust this figure alone"
     elif rcv > unstable_rcv:
-        warning = (f"unstable: robust CV {rcv:.1%} exceeds {unstable_rcv:.0%}; "
-                   "the machine is noisy or the span too short, add repeats or quiet the host")
+        warning = (
+            f"unstable: robust CV {rcv:.1%} exceeds {unstable_rcv:.0%}; "
+            "the machine is noisy or the span too short, add repeats or quiet the host"
+        )
     return Summary(int(x.size), med, mad, rcv, cv, lo, hi, confidence, warning)

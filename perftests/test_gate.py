@@ -4,51 +4,51 @@ for the whole curve.
 With several services (--service-url given more than once) every test is parametrized by the
 service too, and under xdist each service's tests run on one worker, in this order.
 
-The `perf_point` fixture measures and judges; a broken service is an ERROR there (an error of the
-run, never a regression). These tests FAIL on what the gate is for: an invalid measurement, a
-significant drop beyond tolerance at a point, and a failing verdict for the curve."""
+The run (every launch, every context) is measured once, in the first test's `perf_outcome`
+fixture; a broken service or a busy machine is an ERROR there (an error of the run, never a
+regression). These tests FAIL on what the gate is for: an invalid measurement, a point whose
+judgement fails under the run's policies (outcome.point_fails), and a failing curve."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import pytest
 
-from perftests.gate import Gate, GatePoint
+from perftests.outcome import Outcome, OutcomeKind
+from perftests.record import PointResult
+from perftests.run import GateRun
 
 
-def test_decode_throughput(perf_point: GatePoint, perf_gate: Gate) -> None:
-    point = perf_point.point
-    if point is None:
-        pytest.fail(perf_point.problem or "no measurement", pytrace=False)
-    s = point.tps()
-    wanted = perf_gate.session.settings.repeats
-    assert s.n >= wanted, f"ctx={point.context}: {s.n} valid pairs, wanted {wanted}"
-    assert math.isfinite(s.median) and s.median > 0, f"ctx={point.context}: no decode figure"
-    if perf_gate.update:
-        return  # refresh mode: the curve test writes the baseline once every point is in
-    if perf_point.problem:
-        pytest.fail(perf_point.problem, pytrace=False)
-    c = perf_point.comparison
-    assert c is not None
-    assert c.status != "fail", (
-        f"{c.describe()}\nThe curve's verdict (test_curve_verdict) says which kind of regression.")
+def test_decode_throughput(perf_point: PointResult, perf_run: GateRun) -> None:
+    r = perf_point
+    if r.problem:
+        pytest.fail(r.problem, pytrace=False)
+    if r.estimate is None:
+        pytest.fail(f"ctx={r.context}: no measurement", pytrace=False)
+    if perf_run.config.update:
+        return  # refresh mode: the run wrote (or refused) the baseline; the curve test says which
+    if r.comparison is None:
+        pytest.fail(f"ctx={r.context}: not judged (no baseline point or model)", pytrace=False)
+    if r.failed:
+        pytest.fail(
+            f"{r.comparison.describe()}\nThe curve's verdict (test_curve_verdict) says "
+            f"which kind of regression.",
+            pytrace=False,
+        )
 
 
-def test_curve_verdict(perf_gate: Gate, record_property: Callable[[str, object], None]) -> None:
-    if perf_gate.update:
-        table = perf_gate.refresh()
-        assert perf_gate.baseline_path.exists()
-        print(table)
+def test_curve_verdict(
+    perf_run: GateRun, perf_outcome: Outcome, record_property: Callable[[str, object], None]
+) -> None:
+    o = perf_outcome
+    record_property("perf_outcome", o.kind.value)
+    if perf_run.verdict is not None:
+        record_property("perf_verdict", perf_run.verdict.kind.value)
+    if o.kind is OutcomeKind.REFRESHED:
+        print(perf_run.refresh_table)
         return
-    if not perf_gate.comparisons:
-        pytest.fail("no context point was judged (none measured, or no baseline): no verdict",
-                    pytrace=False)
-    v = perf_gate.conclude()
-    record_property("perf_verdict", v.kind.value)
-    record_property("perf_passed", v.passed)
-    inconclusive_fails = (v.kind.value == "inconclusive"
-                          and perf_gate.session.profile.defaults.inconclusive == "fail")
-    if not v.passed or inconclusive_fails:
-        pytest.fail(v.explanation(), pytrace=False)
+    if o.kind is OutcomeKind.MEASURED:
+        pytest.fail("no context point was judged (none measured, or no baseline): no verdict", pytrace=False)
+    if o.failed:
+        pytest.fail("\n".join([o.headline, *o.lines]), pytrace=False)

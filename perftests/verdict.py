@@ -1,4 +1,4 @@
-"""The verdict for a whole curve, named and explained with numbers a person can check.
+"""The verdict for a whole curve (pure): named and explained with numbers a person can check.
 
 The reasoning it automates: check acceptance first (did the target start rejecting drafts?);
 then ask how the drop depends on context. A drop by a similar ratio everywhere is the constant
@@ -32,14 +32,14 @@ FAILING = {Kind.UNIFORM, Kind.CONTEXT_DEPENDENT, Kind.ACCEPTANCE_COLLAPSE}
 
 MEANING = {
     Kind.UNIFORM: "a cost every step pays grew (the constant term): usually configuration, build "
-                  "flags, a parser, sampler or scheduler change, GPU clocks or power limits, or a "
-                  "slower kernel for the weights/MoE",
+    "flags, a parser, sampler or scheduler change, GPU clocks or power limits, or a "
+    "slower kernel for the weights/MoE",
     Kind.CONTEXT_DEPENDENT: "a cost that grows with the KV cache grew (the linear term): usually the "
-                            "attention backend (e.g. Triton instead of FlashMLA/FlashAttention), the "
-                            "KV-cache dtype or layout, or paging",
+    "attention backend (e.g. Triton instead of FlashMLA/FlashAttention), the "
+    "KV-cache dtype or layout, or paging",
     Kind.ACCEPTANCE_COLLAPSE: "the target rejects the drafts: usually the draft model or its weights, "
-                              "the tree shape or draft length, the draft's context window, or a "
-                              "tokenizer or chat-template mismatch between draft and target",
+    "the tree shape or draft length, the draft's context window, or a "
+    "tokenizer or chat-template mismatch between draft and target",
 }
 
 
@@ -53,6 +53,8 @@ class CurveVerdict:
 
     @property
     def passed(self) -> bool:
+        """The curve shows no regression. Policies (an inconclusive curve failing) are the
+        outcome's (outcome.py), not the verdict's."""
         return self.kind not in FAILING
 
     def explanation(self) -> str:
@@ -62,9 +64,25 @@ class CurveVerdict:
         return "\n".join([head, *self.lines])
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind.value, "passed": self.passed, "provisional": self.provisional,
-                "explanation": self.lines, "points": [p.to_dict() for p in self.points],
-                "measured_model": self.measured_model.to_dict() if self.measured_model else None}
+        return {
+            "kind": self.kind.value,
+            "passed": self.passed,
+            "provisional": self.provisional,
+            "explanation": self.lines,
+            "points": [p.to_dict() for p in self.points],
+            "measured_model": self.measured_model.to_dict() if self.measured_model else None,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CurveVerdict:
+        m = d.get("measured_model")
+        return cls(
+            Kind(d["kind"]),
+            [PointComparison.from_dict(p) for p in d.get("points") or []],
+            list(d.get("explanation") or []),
+            ScalingModel.from_dict(m) if m else None,
+            bool(d.get("provisional")),
+        )
 
 
 def _pct(x: float) -> str:
@@ -85,21 +103,32 @@ def classify(points: list[PointComparison], baseline: Baseline) -> CurveVerdict:
     v.measured_model = _measured_model(pts, baseline)
 
     # 1. Acceptance first: a drafting problem shows as fewer tokens per step at a held step time.
-    acc = [(p.measured_acceptance / p.expected_acceptance, p) for p in pts
-           if p.measured_acceptance and p.expected_acceptance]
+    acc = [
+        (p.measured_acceptance / p.expected_acceptance, p)
+        for p in pts
+        if p.measured_acceptance and p.expected_acceptance
+    ]
     if acc and (failing or any(p.status == "inconclusive" for p in pts)):
         acc_ratio = _median([r for r, _ in acc])
         if acc_ratio < 1 - 2 * tol:
-            steps = [p.measured_step_ms / p.expected_step_ms for _, p in acc
-                     if p.measured_step_ms and p.expected_step_ms]
+            steps = [
+                p.measured_step_ms / p.expected_step_ms
+                for _, p in acc
+                if p.measured_step_ms and p.expected_step_ms
+            ]
             step_ratio = _median(steps) if steps else math.nan
             v.kind = Kind.ACCEPTANCE_COLLAPSE
             first = acc[0][1]
             v.lines.append(
                 f"acceptance length fell {_pct(acc_ratio)} (e.g. ctx={first.context}: "
                 f"{first.measured_acceptance:.2f} tokens/step vs {first.expected_acceptance:.2f})"
-                + (f"; step time {'held' if abs(step_ratio - 1) <= 2 * tol else 'moved'} "
-                   f"({_pct(step_ratio)})" if steps else ""))
+                + (
+                    f"; step time {'held' if abs(step_ratio - 1) <= 2 * tol else 'moved'} "
+                    f"({_pct(step_ratio)})"
+                    if steps
+                    else ""
+                )
+            )
             v.lines.append(f"this usually means {MEANING[v.kind]}")
             return v
 
@@ -110,14 +139,18 @@ def classify(points: list[PointComparison], baseline: Baseline) -> CurveVerdict:
         shortest = baseline.points[0]
         if inconclusive:
             v.kind = Kind.INCONCLUSIVE
-            v.lines.append("drops beyond tolerance that the noise could explain, after re-measuring: "
-                           + "; ".join(p.describe() for p in inconclusive))
+            v.lines.append(
+                "drops beyond tolerance that the noise could explain, after re-measuring: "
+                + "; ".join(p.describe() for p in inconclusive)
+            )
             v.lines.append("add repeats (--perf-repeats) or quiet the machine to decide")
         elif improved and len(improved) >= (len(pts) + 1) // 2:
             v.kind = Kind.IMPROVEMENT
-            v.lines.append(f"{len(improved)} of {len(pts)} points are faster than the baseline beyond "
-                           f"tolerance: refresh it (--update-baselines --reason ...) so the gate "
-                           f"guards the new level")
+            v.lines.append(
+                f"{len(improved)} of {len(pts)} points are faster than the baseline beyond "
+                f"tolerance: refresh it (--update-baselines --reason ...) so the gate "
+                f"guards the new level"
+            )
         elif any(p.measured < shortest.tps * (1 - tol) for p in from_model):
             v.kind = Kind.EXPECTED_SCALING
             for p in from_model:
@@ -125,7 +158,8 @@ def classify(points: list[PointComparison], baseline: Baseline) -> CurveVerdict:
                     f"ctx={p.context}: {p.measured:.1f} tok/s is {shortest.tps / p.measured:.1f}x below "
                     f"the baseline's {shortest.tps:.1f} at ctx={shortest.context}, and the fitted "
                     f"curve predicts {p.expected:.1f} ({_pct(p.ratio)}): this is how this hardware "
-                    f"scales with context, not a regression")
+                    f"scales with context, not a regression"
+                )
         return v
 
     # 2. A drop: which term of the model moved?
@@ -135,23 +169,31 @@ def classify(points: list[PointComparison], baseline: Baseline) -> CurveVerdict:
     v.lines.append(f"failing points: {fails} (tolerance -{tol:.0%}, each significant at 95%)")
     if len(pts) >= 2 and worsening > tol:
         v.kind = Kind.CONTEXT_DEPENDENT
-        v.lines.append(f"the ratio worsens with context: {short.ratio:.3f} at ctx={short.context}, "
-                       f"{long.ratio:.3f} at ctx={long.context}")
+        v.lines.append(
+            f"the ratio worsens with context: {short.ratio:.3f} at ctx={short.context}, "
+            f"{long.ratio:.3f} at ctx={long.context}"
+        )
     else:
         v.kind = Kind.UNIFORM
         spread = max(p.ratio for p in pts) - min(p.ratio for p in pts)
         worst = min(pts, key=lambda p: p.ratio)
         if spread <= tol:
-            v.lines.append(f"every point is down by a similar ratio (spread {spread:.3f} across "
-                           f"{short.context}..{long.context})")
+            v.lines.append(
+                f"every point is down by a similar ratio (spread {spread:.3f} across "
+                f"{short.context}..{long.context})"
+            )
         elif worst is short:
-            v.lines.append(f"the drop is largest at short context ({short.ratio:.3f} at "
-                           f"ctx={short.context}, {long.ratio:.3f} at ctx={long.context}): an extra "
-                           f"cost per step weighs most where attention is cheap")
+            v.lines.append(
+                f"the drop is largest at short context ({short.ratio:.3f} at "
+                f"ctx={short.context}, {long.ratio:.3f} at ctx={long.context}): an extra "
+                f"cost per step weighs most where attention is cheap"
+            )
         else:
-            v.lines.append(f"the drop is uneven but does not grow with context: worst at "
-                           f"ctx={worst.context} ({worst.ratio:.3f}); re-run to see whether it "
-                           f"holds, noise at one point can look like this")
+            v.lines.append(
+                f"the drop is uneven but does not grow with context: worst at "
+                f"ctx={worst.context} ({worst.ratio:.3f}); re-run to see whether it "
+                f"holds, noise at one point can look like this"
+            )
     if v.measured_model is not None:
         v.lines.append(_terms(baseline.model, v.measured_model))
     v.lines.append(f"this usually means {MEANING[v.kind]}")
@@ -164,9 +206,11 @@ def _terms(base: ScalingModel, now: ScalingModel) -> str:
     def change(a: float, b: float) -> str:
         return f"{_pct(b / a)}" if a > 0 else "new"
 
-    return (f"model terms: constant {base.a_ms:.3f} -> {now.a_ms:.3f} {unit} "
-            f"({change(base.a_ms, now.a_ms)}), per 1k context {base.b_ms_per_token * 1000:.3f} -> "
-            f"{now.b_ms_per_token * 1000:.3f} {unit} ({change(base.b_ms_per_token, now.b_ms_per_token)})")
+    return (
+        f"model terms: constant {base.a_ms:.3f} -> {now.a_ms:.3f} {unit} "
+        f"({change(base.a_ms, now.a_ms)}), per 1k context {base.b_ms_per_token * 1000:.3f} -> "
+        f"{now.b_ms_per_token * 1000:.3f} {unit} ({change(base.b_ms_per_token, now.b_ms_per_token)})"
+    )
 
 
 def _measured_model(pts: list[PointComparison], baseline: Baseline) -> ScalingModel | None:
@@ -187,8 +231,10 @@ def _median(xs: list[float]) -> float:
 
 # -- triage without a run -----------------------------------------------------------------
 
-def explain_report(baseline: Baseline, ctx: int, tps: float, acceptance: float | None,
-                   tolerance: float) -> tuple[str, str]:
+
+def explain_report(
+    baseline: Baseline, ctx: int, tps: float, acceptance: float | None, tolerance: float
+) -> tuple[Kind, str]:
     """Answer "someone saw `tps` at `ctx`: is that expected?" from the stored curve alone.
 
     Returns (kind, text)."""
@@ -197,41 +243,58 @@ def explain_report(baseline: Baseline, ctx: int, tps: float, acceptance: float |
     base_acc = (bp.acceptance_length if bp else None) or m.acceptance_length
     expected = bp.tps if bp else m.tps(ctx)
     band = max(tolerance, 2 * bp.tps_mad * 1.4826 / bp.tps) if bp else m.band(tolerance)
-    src = f"baseline point at ctx={ctx}" if bp else (
-        f"fitted model {m.kind} = {m.a_ms:.2f} + {m.b_ms_per_token * 1000:.3f}/1k * ctx "
-        f"(fitted on {', '.join(map(str, m.contexts))})")
-    lines = [f"expected at ctx={ctx}: {expected:.1f} tok/s, band {expected * (1 - band):.1f}.."
-             f"{expected * (1 + band):.1f} (+-{band:.0%}), from the {src}"]
+    src = (
+        f"baseline point at ctx={ctx}"
+        if bp
+        else (
+            f"fitted model {m.kind} = {m.a_ms:.2f} + {m.b_ms_per_token * 1000:.3f}/1k * ctx "
+            f"(fitted on {', '.join(map(str, m.contexts))})"
+        )
+    )
+    lines = [
+        f"expected at ctx={ctx}: {expected:.1f} tok/s, band {expected * (1 - band):.1f}.."
+        f"{expected * (1 + band):.1f} (+-{band:.0%}), from the {src}"
+    ]
     if baseline.provisional:
         lines.append("(the stored curve is PROVISIONAL: scaled from other hardware)")
     ratio = tps / expected
     if acceptance and base_acc and acceptance < base_acc * (1 - 2 * tolerance):
         step = 1000 * acceptance / tps
         exp_step = 1000 * base_acc / expected
-        lines.append(f"reported {tps:.1f} tok/s with {acceptance:.2f} tokens/step against "
-                     f"{base_acc:.2f}: step time {step:.1f} ms vs {exp_step:.1f} ms expected")
+        lines.append(
+            f"reported {tps:.1f} tok/s with {acceptance:.2f} tokens/step against "
+            f"{base_acc:.2f}: step time {step:.1f} ms vs {exp_step:.1f} ms expected"
+        )
         lines.append(f"this usually means {MEANING[Kind.ACCEPTANCE_COLLAPSE]}")
         kind = Kind.ACCEPTANCE_COLLAPSE
-        return kind.value, "\n".join([f"verdict: {kind.value.upper()}", *lines])
+        return kind, "\n".join([f"verdict: {kind.value.upper()}", *lines])
     if acceptance and m.kind == "step_ms":
-        lines.append(f"acceptance {acceptance:.2f} tokens/step held (baseline {base_acc:.2f}); step time "
-                     f"{1000 * acceptance / tps:.1f} ms vs {m.cost_ms(ctx):.1f} ms expected")
+        lines.append(
+            f"acceptance {acceptance:.2f} tokens/step held (baseline {base_acc:.2f}); step time "
+            f"{1000 * acceptance / tps:.1f} ms vs {m.cost_ms(ctx):.1f} ms expected"
+        )
     if ratio >= 1 - band:
         kind = Kind.IMPROVEMENT if ratio > 1 + band else Kind.EXPECTED_SCALING
         short = baseline.points[0]
-        lines.append(f"reported {tps:.1f} tok/s is {_pct(ratio)} from the curve: within the band"
-                     if kind is Kind.EXPECTED_SCALING else
-                     f"reported {tps:.1f} tok/s is {_pct(ratio)} above the curve")
+        lines.append(
+            f"reported {tps:.1f} tok/s is {_pct(ratio)} from the curve: within the band"
+            if kind is Kind.EXPECTED_SCALING
+            else f"reported {tps:.1f} tok/s is {_pct(ratio)} above the curve"
+        )
         if kind is Kind.EXPECTED_SCALING and tps < short.tps * (1 - tolerance):
-            lines.append(f"the drop from {short.tps:.1f} tok/s at ctx={short.context} is this "
-                         f"hardware's context scaling, not a regression")
-        return kind.value, "\n".join([f"verdict: {kind.value.upper()}", *lines])
+            lines.append(
+                f"the drop from {short.tps:.1f} tok/s at ctx={short.context} is this "
+                f"hardware's context scaling, not a regression"
+            )
+        return kind, "\n".join([f"verdict: {kind.value.upper()}", *lines])
     share = m.constant_share(ctx)
     kind = Kind.UNIFORM if share >= 0.5 else Kind.CONTEXT_DEPENDENT
     lines.append(f"reported {tps:.1f} tok/s is {_pct(ratio)} from the curve: below the band, a regression")
-    lines.append(f"at ctx={ctx} the constant term is {share:.0%} of the modelled cost, so a drop "
-                 f"here most likely moved the {'constant' if share >= 0.5 else 'linear'} term; "
-                 f"measure a short and a long context to confirm (pytest perftests --hw "
-                 f"{baseline.hardware})")
+    lines.append(
+        f"at ctx={ctx} the constant term is {share:.0%} of the modelled cost, so a drop "
+        f"here most likely moved the {'constant' if share >= 0.5 else 'linear'} term; "
+        f"measure a short and a long context to confirm (pytest perftests --hw "
+        f"{baseline.hardware})"
+    )
     lines.append(f"this usually means {MEANING[kind]}")
-    return kind.value, "\n".join([f"verdict: {kind.value.upper()}", *lines])
+    return kind, "\n".join([f"verdict: {kind.value.upper()}", *lines])

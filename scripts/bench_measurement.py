@@ -28,11 +28,27 @@ from perftests.profiles import LaunchSpec, ServiceSpec
 from perftests.prompts import PromptSource
 from perftests.service import launch
 
-ARGV = ["{llama_server}", "--model", "{model:target}", "--host", "{host}", "--port", "{port}",
-        "--threads", "2", "--ctx-size", "9216", "--parallel", "1", "--flash-attn", "off",
-        "--slot-save-path", "{cache:slots}/", "--no-ui"]
-SPEC = ["--model-draft", "{model:draft-identical}", "--spec-type", "draft-simple",
-        "--spec-draft-n-max", "4"]
+ARGV = [
+    "{llama_server}",
+    "--model",
+    "{model:target}",
+    "--host",
+    "{host}",
+    "--port",
+    "{port}",
+    "--threads",
+    "2",
+    "--ctx-size",
+    "9216",
+    "--parallel",
+    "1",
+    "--flash-attn",
+    "off",
+    "--slot-save-path",
+    "{cache:slots}/",
+    "--no-ui",
+]
+SPEC = ["--model-draft", "{model:draft-identical}", "--spec-type", "draft-simple", "--spec-draft-n-max", "4"]
 
 
 def server_ms(point: Point) -> float:
@@ -46,8 +62,13 @@ def server_ms(point: Point) -> float:
 
 def run(contexts: list[int], repeats: int, spec: bool) -> dict:
     argv = ARGV + (SPEC if spec else [])
-    svc = launch(ServiceSpec(engine="llamacpp", request_timeout_s=600), LaunchSpec(argv=tuple(argv)),
-                 log_dir=Path(".perftests/logs"), label="bench", progress=print)
+    svc = launch(
+        ServiceSpec(engine="llamacpp", request_timeout_s=600),
+        LaunchSpec(argv=tuple(argv)),
+        log_dir=Path(".perftests/logs"),
+        label="bench",
+        progress=print,
+    )
     rows = []
     try:
         meter = TwoPointMeter(svc.adapter, PromptSource(svc.adapter), before_request=svc.check_alive)
@@ -56,9 +77,16 @@ def run(contexts: list[int], repeats: int, spec: bool) -> dict:
             p = meter.measure(ctx, repeats=repeats, warmup=1)
             wall = time.perf_counter() - t0
             pps = statistics.median(q.long.engine_decode_tps for q in p.valid_pairs)
-            row = {"context": ctx, "tps": p.tps().median, "rcv": p.tps().rcv,
-                   "engine_tps": p.engine_tps().median, "predicted_per_second": pps,
-                   "wall_s": wall, "server_s": server_ms(p) / 1000, "n": p.tps().n}
+            row = {
+                "context": ctx,
+                "tps": p.tps().median,
+                "rcv": p.tps().rcv,
+                "engine_tps": p.engine_tps().median,
+                "predicted_per_second": pps,
+                "wall_s": wall,
+                "server_s": server_ms(p) / 1000,
+                "n": p.tps().n,
+            }
             if spec:
                 row["acceptance_length"] = p.acceptance_length().median
                 row["step_ms"] = p.step_ms().median
@@ -68,21 +96,31 @@ def run(contexts: list[int], repeats: int, spec: bool) -> dict:
         svc.close()
     wall = sum(r["wall_s"] for r in rows)
     server = sum(r["server_s"] for r in rows)
-    return {"spec": spec, "repeats": repeats, "rows": rows, "sweep_wall_s": wall,
-            "server_s": server, "wall_over_server": wall / server}
+    return {
+        "spec": spec,
+        "repeats": repeats,
+        "rows": rows,
+        "sweep_wall_s": wall,
+        "server_s": server,
+        "wall_over_server": wall / server,
+    }
 
 
 def _row(r: dict, spec: bool) -> str:
-    s = (f"{r['context']:>7} {r['tps']:>9.1f} {r['engine_tps']:>9.1f} {r['tps'] / r['engine_tps']:>7.3f} "
-         f"{r['predicted_per_second']:>9.1f} {r['tps'] / r['predicted_per_second']:>7.3f} "
-         f"{r['rcv']:>6.1%} {r['wall_s']:>7.1f} {r['server_s']:>7.1f} {r['wall_s'] / r['server_s']:>6.3f}")
+    s = (
+        f"{r['context']:>7} {r['tps']:>9.1f} {r['engine_tps']:>9.1f} {r['tps'] / r['engine_tps']:>7.3f} "
+        f"{r['predicted_per_second']:>9.1f} {r['tps'] / r['predicted_per_second']:>7.3f} "
+        f"{r['rcv']:>6.1%} {r['wall_s']:>7.1f} {r['server_s']:>7.1f} {r['wall_s'] / r['server_s']:>6.3f}"
+    )
     if spec:
         s += f" {r['acceptance_length']:>6.2f} {r['step_ms']:>8.2f}"
     return s
 
 
-HEAD = (f"{'context':>7} {'2pt t/s':>9} {'eng t/s':>9} {'2pt/eng':>7} {'pred/s':>9} {'2pt/pps':>7} "
-        f"{'rCV':>6} {'wall s':>7} {'srv s':>7} {'w/srv':>6}")
+HEAD = (
+    f"{'context':>7} {'2pt t/s':>9} {'eng t/s':>9} {'2pt/eng':>7} {'pred/s':>9} {'2pt/pps':>7} "
+    f"{'rCV':>6} {'wall s':>7} {'srv s':>7} {'w/srv':>6}"
+)
 
 
 def main() -> int:
@@ -94,12 +132,14 @@ def main() -> int:
     args = ap.parse_args()
     contexts = [int(c) for c in args.contexts.split(",")]
     results = []
-    for spec in ([False, True] if args.spec else [False]):
+    for spec in [False, True] if args.spec else [False]:
         print(f"\n== speculative decoding {'on (identical draft, n-max 4)' if spec else 'off'}")
         print(HEAD + (f" {'accept':>6} {'step ms':>8}" if spec else ""))
         res = run(contexts, args.repeats, spec)
-        print(f"sweep wall {res['sweep_wall_s']:.1f} s, server-side {res['server_s']:.1f} s, "
-              f"ratio {res['wall_over_server']:.3f}")
+        print(
+            f"sweep wall {res['sweep_wall_s']:.1f} s, server-side {res['server_s']:.1f} s, "
+            f"ratio {res['wall_over_server']:.3f}"
+        )
         results.append(res)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

@@ -22,9 +22,16 @@ from typing import Any
 
 
 class SGLangStandIn:
-    def __init__(self, *, api_key: str | None = None, accept_length: float = 4.0,
-                 step_ms: float = 2.0, step_ms_per_1k_ctx: float = 0.5,
-                 early_stop_at: int | None = None, max_tokens_cap: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        accept_length: float = 4.0,
+        step_ms: float = 2.0,
+        step_ms_per_1k_ctx: float = 0.5,
+        early_stop_at: int | None = None,
+        max_tokens_cap: int | None = None,
+    ) -> None:
         self.api_key = api_key
         self.accept_length = accept_length
         self.step_ms = step_ms
@@ -72,7 +79,7 @@ class SGLangStandIn:
         step_s = (self.step_ms + self.step_ms_per_1k_ctx * len(ids) / 1000) / 1000
         time.sleep(steps * step_s + (len(ids) - cached) * 1e-6)
         stopped_early = n < int(sp.get("max_new_tokens", 128))
-        finish = ({"type": "stop", "matched": 2} if stopped_early else {"type": "length", "length": n})
+        finish = {"type": "stop", "matched": 2} if stopped_early else {"type": "length", "length": n}
         return {
             "text": "x" * n,
             "output_ids": [5] * n,
@@ -117,10 +124,17 @@ class SGLangStandIn:
                 if self.path == "/health":
                     self._reply(200, {})
                 elif self.path == "/server_info":
-                    self._reply(200, {"version": "0.5.4", "tp_size": 8,
-                                      "speculative_algorithm": "DDTREE", "attention_backend": "triton",
-                                      "model_path": "/models/Kimi-K2.6",
-                                      "internal_states": [{"avg_spec_accept_length": 4.9}]})
+                    self._reply(
+                        200,
+                        {
+                            "version": "0.5.4",
+                            "tp_size": 8,
+                            "speculative_algorithm": "DDTREE",
+                            "attention_backend": "triton",
+                            "model_path": "/models/Kimi-K2.6",
+                            "internal_states": [{"avg_spec_accept_length": 4.9}],
+                        },
+                    )
                 elif self.path == "/model_info":
                     self._reply(200, {"model_path": "/models/Kimi-K2.6", "is_generation": True})
                 else:

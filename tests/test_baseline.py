@@ -16,7 +16,7 @@ import yaml
 from perftests import baseline as bl
 from perftests.compare import compare_point
 from perftests.errors import ConfigError
-from tests.test_verdict import make_baseline, seed_curve
+from tests.test_verdict import est, make_baseline, seed_curve
 
 
 @pytest.fixture
@@ -38,17 +38,20 @@ def test_round_trip(stored):
     assert "reason: test" in text  # human-diffable: plain YAML keys
 
 
-@pytest.mark.parametrize("mutate, needle", [
-    (lambda t: t[: len(t) // 2], "corrupt baseline YAML|not a baseline file|field"),
-    (lambda t: "points: [1, 2\n", "corrupt baseline YAML"),
-    (lambda t: "", "not a baseline file"),
-    (lambda t: t.replace("tps: 450.0", "tps: 0"), r"field 'points\[1\]\.tps': must be positive"),
-    (lambda t: t.replace("tps: 450.0", "tps: -450.0"), r"field 'points\[1\]\.tps': must be positive"),
-    (lambda t: t.replace("tps: 450.0", "tps: fast"), r"field 'points\[1\]\.tps': expected a number"),
-    (lambda t: t.replace("context: 512", "context: 0"), r"field 'points\[1\]\.context'"),
-    (lambda t: t.replace("context: 512", "context: 64"), "duplicate context lengths"),
-    (lambda t: t.replace("n: 5", "n: 0", 1), r"field 'points\[0\]\.n'"),
-])
+@pytest.mark.parametrize(
+    "mutate, needle",
+    [
+        (lambda t: t[: len(t) // 2], "corrupt baseline YAML|not a baseline file|field"),
+        (lambda t: "points: [1, 2\n", "corrupt baseline YAML"),
+        (lambda t: "", "not a baseline file"),
+        (lambda t: t.replace("tps: 450.0", "tps: 0"), r"field 'points\[1\]\.tps': must be positive"),
+        (lambda t: t.replace("tps: 450.0", "tps: -450.0"), r"field 'points\[1\]\.tps': must be positive"),
+        (lambda t: t.replace("tps: 450.0", "tps: fast"), r"field 'points\[1\]\.tps': expected a number"),
+        (lambda t: t.replace("context: 512", "context: 0"), r"field 'points\[1\]\.context'"),
+        (lambda t: t.replace("context: 512", "context: 64"), "duplicate context lengths"),
+        (lambda t: t.replace("n: 5", "n: 0", 1), r"field 'points\[0\]\.n'"),
+    ],
+)
 def test_bad_baseline_names_file_and_field(stored, mutate, needle):
     stored.write_text(mutate(stored.read_text()))
     with pytest.raises(ConfigError, match=needle) as e:
@@ -58,11 +61,11 @@ def test_bad_baseline_names_file_and_field(stored, mutate, needle):
 
 def test_point_the_baseline_never_measured_uses_the_model(stored):
     b = bl.load(stored)
-    c = compare_point(b, 4096, b.model.tps(4096), 0.5, 5, 0.05)
+    c = compare_point(b, est(4096, b.model.tps(4096)), 0.05, launch_noise_prior=0.02)
     assert c.source == "model"
     assert c.ratio == pytest.approx(1.0)
     assert c.status == "pass"
-    inside = compare_point(b, 512, 450.0, 5.0, 5, 0.05)
+    inside = compare_point(b, est(512, 450.0), 0.05, launch_noise_prior=0.02)
     assert inside.source == "baseline"
 
 
@@ -96,8 +99,12 @@ def test_refresh_killed_mid_write_leaves_the_old_file_intact(stored, tmp_path):
     script = tmp_path / "writer.py"
     script.write_text(_SLOW_WRITER)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.Popen([sys.executable, str(script), str(stored)], cwd=root,
-                            env={**os.environ, "PYTHONPATH": root}, stdout=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(stored)],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": root},
+        stdout=subprocess.PIPE,
+    )
     assert proc.stdout.readline().strip() == b"writing"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -125,8 +132,10 @@ def test_two_refreshes_at_once_never_corrupt_the_file(stored, tmp_path):
     script.write_text(_WRITER)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": root}
-    procs = [subprocess.Popen([sys.executable, str(script), str(stored), tps], cwd=root, env=env)
-             for tps in ("111", "222")]
+    procs = [
+        subprocess.Popen([sys.executable, str(script), str(stored), tps], cwd=root, env=env)
+        for tps in ("111", "222")
+    ]
     seen = set()
     while any(p.poll() is None for p in procs):
         b = bl.load(stored)  # must always parse: one whole file or the other
@@ -145,17 +154,32 @@ def test_history_keeps_the_previous_curve(tmp_path):
     def record(scale: float) -> RunRecord:
         from perftests.engines.base import RequestResult
         from perftests.measure import Pair
+
         points = []
         for ctx in (64, 512):
             p = Point(ctx, 8, 264, "warm")
             for i in range(3):
                 t = 256 / (seed_curve(ctx) * scale)
-                p.pairs.append(Pair(ctx, i, RequestResult("x", 8, 0.1, 0, ctx, 8, ctx - 1, "length"),
-                                    RequestResult("x", 264, 0.1 + t * (1 + 0.01 * i), 0, ctx, 264,
-                                                  ctx - 1, "length"), "warm"))
+                p.pairs.append(
+                    Pair(
+                        ctx,
+                        i,
+                        RequestResult("x", 8, 0.1, 0, ctx, 8, ctx - 1, "length"),
+                        RequestResult("x", 264, 0.1 + t * (1 + 0.01 * i), 0, ctx, 264, ctx - 1, "length"),
+                        "warm",
+                    )
+                )
             points.append(p)
-        return RunRecord(profile="cpu", engine="llamacpp", service_url="u", launched=True,
-                         server={"version": "b11434"}, machine={}, settings={}, points=points)
+        return RunRecord(
+            profile="cpu",
+            engine="llamacpp",
+            service_url="u",
+            launched=True,
+            server={"version": "b11434"},
+            machine={},
+            settings={},
+            points=points,
+        )
 
     path = tmp_path / "cpu.yaml"
     first = bl.from_record(record(1.0), reason="first")

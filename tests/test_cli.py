@@ -36,8 +36,21 @@ def pro6000_baseline(tmp_path):
 
 
 def test_explain_seed_report_is_expected_scaling(pro6000_baseline, capsys):
-    rc = main(["explain", "--hw", "pro6000", "--baseline", str(pro6000_baseline),
-               "--ctx", "5000", "--tps", "32", "--accept", "4.9"])
+    rc = main(
+        [
+            "explain",
+            "--hw",
+            "pro6000",
+            "--baseline",
+            str(pro6000_baseline),
+            "--ctx",
+            "5000",
+            "--tps",
+            "32",
+            "--accept",
+            "4.9",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0
     assert "verdict: EXPECTED SCALING" in out
@@ -45,35 +58,81 @@ def test_explain_seed_report_is_expected_scaling(pro6000_baseline, capsys):
 
 
 def test_explain_regression_exits_nonzero(pro6000_baseline, capsys):
-    rc = main(["explain", "--hw", "pro6000", "--baseline", str(pro6000_baseline),
-               "--ctx", "60", "--tps", "100"])
+    rc = main(
+        ["explain", "--hw", "pro6000", "--baseline", str(pro6000_baseline), "--ctx", "60", "--tps", "100"]
+    )
     out = capsys.readouterr().out
     assert rc == 1
     assert "REGRESSION" in out and "below the band" in out
 
 
 def test_explain_without_baseline_says_how_to_create_one(tmp_path, capsys):
-    rc = main(["explain", "--hw", "pro6000", "--baseline", str(tmp_path / "none.yaml"),
-               "--ctx", "60", "--tps", "100"])
+    rc = main(
+        [
+            "explain",
+            "--hw",
+            "pro6000",
+            "--baseline",
+            str(tmp_path / "none.yaml"),
+            "--ctx",
+            "60",
+            "--tps",
+            "100",
+        ]
+    )
     assert rc == 2
     assert "--update-baselines" in capsys.readouterr().err
 
 
 def test_explain_rejects_non_positive_input(pro6000_baseline, capsys):
-    assert main(["explain", "--hw", "pro6000", "--baseline", str(pro6000_baseline),
-                 "--ctx", "5000", "--tps", "-3"]) == 2
+    assert (
+        main(
+            [
+                "explain",
+                "--hw",
+                "pro6000",
+                "--baseline",
+                str(pro6000_baseline),
+                "--ctx",
+                "5000",
+                "--tps",
+                "-3",
+            ]
+        )
+        == 2
+    )
 
 
+@pytest.mark.server
 def test_sweep_on_the_reference_writes_a_record(tmp_path):
     quoted = ", ".join(f'"{a}"' for a in reference_argv(ctx_size=1024))
     (tmp_path / "tiny.yaml").write_text(
         f"name: tiny\nengine: llamacpp\nservice:\n  launch:\n    argv: [{quoted}]\n"
-        "    startup_timeout_s: 900\nsweep:\n  contexts: [64, 256]\ndefaults:\n  repeats: 2\n")
+        "    startup_timeout_s: 900\nsweep:\n  contexts: [64, 256]\ndefaults:\n  repeats: 2\n"
+    )
     out = tmp_path / "sweep.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "perftests.cli", "--profile-dir", str(tmp_path), "sweep", "--hw", "tiny",
-         "--repeats", "3", "--stream-check", "--json", str(out), "--log-dir", str(tmp_path / "logs")],
-        capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "perftests.cli",
+            "--profile-dir",
+            str(tmp_path),
+            "sweep",
+            "--hw",
+            "tiny",
+            "--repeats",
+            "3",
+            "--stream-check",
+            "--json",
+            str(out),
+            "--log-dir",
+            str(tmp_path / "logs"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "ctx=64:" in proc.stderr and "ctx=256:" in proc.stderr  # progress, as each point completes
     assert "stream" in proc.stdout  # the curve table

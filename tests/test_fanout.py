@@ -14,10 +14,22 @@ import pytest
 from tests.test_plugin import GATE
 from tests.timeline_proxy import TimelineProxy
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.server
 
-COMMON = ["--hw", "cpu-reference", "--perf-contexts", "64,256", "--perf-repeats", "3",
-          "--perf-warmup", "1", "--perf-tolerance", "0.5", "-p", "no:cacheprovider"]
+COMMON = [
+    "--hw",
+    "cpu-reference",
+    "--perf-contexts",
+    "64,256",
+    "--perf-repeats",
+    "3",
+    "--perf-warmup",
+    "1",
+    "--perf-tolerance",
+    "0.5",
+    "-p",
+    "no:cacheprovider",
+]
 
 
 @pytest.fixture(scope="module")
@@ -39,15 +51,38 @@ def test_two_services_two_workers_never_overlap_and_merge(pytester, two_services
     baseline = tmp_path / "baseline.yaml"
     with TimelineProxy(a.url) as pa, TimelineProxy(b.url) as pb:
         created = pytester.runpytest_subprocess(
-            GATE, *COMMON, "--service-url", pa.url, "--perf-baseline", str(baseline),
-            "--update-baselines", "--reason", "baseline for the fan-out test")
+            GATE,
+            *COMMON,
+            "--service-url",
+            pa.url,
+            "--perf-baseline",
+            str(baseline),
+            "--update-baselines",
+            "--reason",
+            "baseline for the fan-out test",
+        )
         created.assert_outcomes(passed=3)
         pa.timeline.clear()
         out = tmp_path / "out"
         result = pytester.runpytest_subprocess(
-            GATE, *COMMON, "-n", "2", "-v", "--service-url", pa.url, "--service-url", pb.url,
-            "--perf-baseline", str(baseline), "--perf-json", str(out / "run.json"),
-            "--perf-junit", str(out / "gate.xml"), "--perf-plot", "none")
+            GATE,
+            *COMMON,
+            "-n",
+            "2",
+            "-v",
+            "--service-url",
+            pa.url,
+            "--service-url",
+            pb.url,
+            "--perf-baseline",
+            str(baseline),
+            "--perf-json",
+            str(out / "run.json"),
+            "--perf-junit",
+            str(out / "gate.xml"),
+            "--perf-plot",
+            "none",
+        )
     text = result.stdout.str()
     # 2 contexts + 1 curve verdict, per service. Whether they pass depends on how the two servers
     # share this machine's 2 cores, which is not what this tests: only that all ran, none errored.
@@ -82,41 +117,74 @@ def test_one_service_with_n_workers_does_not_interleave(pytester, two_services, 
     baseline = tmp_path / "baseline.yaml"
     with TimelineProxy(a.url) as pa:
         pytester.runpytest_subprocess(
-            GATE, *COMMON, "--service-url", pa.url, "--perf-baseline", str(baseline),
-            "--update-baselines", "--reason", "baseline").assert_outcomes(passed=3)
+            GATE,
+            *COMMON,
+            "--service-url",
+            pa.url,
+            "--perf-baseline",
+            str(baseline),
+            "--update-baselines",
+            "--reason",
+            "baseline",
+        ).assert_outcomes(passed=3)
         pa.timeline.clear()
         result = pytester.runpytest_subprocess(
-            GATE, *COMMON, "-n", "3", "-v", "--service-url", pa.url, "--perf-baseline", str(baseline),
-            "--perf-json", str(tmp_path / "run.json"), "--perf-plot", "none")
+            GATE,
+            *COMMON,
+            "-n",
+            "3",
+            "-v",
+            "--service-url",
+            pa.url,
+            "--perf-baseline",
+            str(baseline),
+            "--perf-json",
+            str(tmp_path / "run.json"),
+            "--perf-plot",
+            "none",
+        )
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 3 and "errors" not in outcomes
     assert len(_completions(pa)) >= 2 * 4 * 3
     assert pa.overlaps() == []
-    workers = {line.split("]")[0].split("[")[-1] for line in result.stdout.lines
-               if line.startswith("[gw")}
+    workers = {line.split("]")[0].split("[")[-1] for line in result.stdout.lines if line.startswith("[gw")}
     assert len(workers) == 1, result.stdout.str()
     assert json.loads((tmp_path / "run.json").read_text())["verdict"] is not None
 
 
 def test_dist_each_is_refused(pytester, two_services):
     a, _ = two_services
-    result = pytester.runpytest_subprocess(GATE, *COMMON, "-n", "2", "--dist", "each",
-                                           "--service-url", a.url)
+    result = pytester.runpytest_subprocess(GATE, *COMMON, "-n", "2", "--dist", "each", "--service-url", a.url)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "--dist each runs every test on every worker" in result.stderr.str()
 
 
 def test_refresh_from_several_services_is_refused(pytester):
     result = pytester.runpytest_subprocess(
-        GATE, "--hw", "cpu-reference", "--service-url", "http://127.0.0.1:1",
-        "--service-url", "http://127.0.0.1:2", "--update-baselines", "--reason", "x")
+        GATE,
+        "--hw",
+        "cpu-reference",
+        "--service-url",
+        "http://127.0.0.1:1",
+        "--service-url",
+        "http://127.0.0.1:2",
+        "--update-baselines",
+        "--reason",
+        "x",
+    )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "give a single --service-url" in result.stderr.str()
 
 
 def test_same_service_twice_is_refused(pytester):
     result = pytester.runpytest_subprocess(
-        GATE, "--hw", "cpu-reference", "--service-url", "http://127.0.0.1:1",
-        "--service-url", "http://127.0.0.1:1")
+        GATE,
+        "--hw",
+        "cpu-reference",
+        "--service-url",
+        "http://127.0.0.1:1",
+        "--service-url",
+        "http://127.0.0.1:1",
+    )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "is given twice" in result.stderr.str()

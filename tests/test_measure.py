@@ -8,8 +8,11 @@ import json
 import pytest
 
 from perftests.engines.base import EngineAdapter
+from perftests.engines.llamacpp import LlamaCppAdapter
 from perftests.measure import MeasurementError, Pair, Point, TwoPointMeter, check_pair
 from perftests.prompts import PromptSource
+
+pytestmark = pytest.mark.server  # every test here runs the real llama-server
 
 
 @pytest.fixture(scope="module")
@@ -21,8 +24,15 @@ class Sabotage(EngineAdapter):
     """Wraps the real adapter and corrupts chosen real requests, the way a buggy harness or a
     misbehaving server would: a truncated budget, or a cache state the pair did not expect."""
 
-    def __init__(self, real: EngineAdapter, *, shorten_long_at: set[int] = frozenset(),
-                 cache_long_at: set[int] = frozenset()) -> None:
+    capabilities = LlamaCppAdapter.capabilities  # it wraps the real llama.cpp adapter
+
+    def __init__(
+        self,
+        real: EngineAdapter,
+        *,
+        shorten_long_at: set[int] = frozenset(),
+        cache_long_at: set[int] = frozenset(),
+    ) -> None:
         self.real = real
         self.name = real.name
         self.shorten_long_at = shorten_long_at
@@ -35,19 +45,20 @@ class Sabotage(EngineAdapter):
     def flush_cache(self) -> None:
         self.real.flush_cache()
 
-    def generate(self, prompt, max_tokens, *, ignore_eos=True, cache_prompt=True):
+    def generate(self, prompt, max_tokens, *, ignore_eos=True, bypass_cache=False):
         if max_tokens > 8:
             i = self.long_calls
             self.long_calls += 1
             if i in self.shorten_long_at:
-                r = self.real.generate(prompt, max_tokens // 2, ignore_eos=ignore_eos,
-                                       cache_prompt=cache_prompt)
+                r = self.real.generate(
+                    prompt, max_tokens // 2, ignore_eos=ignore_eos, bypass_cache=bypass_cache
+                )
                 r.requested_tokens = max_tokens  # the harness thinks it asked for the full span
                 return r
             if i in self.cache_long_at:
-                self.real.generate(prompt, 1, cache_prompt=True)  # a stray request warms the slot
-                return self.real.generate(prompt, max_tokens, cache_prompt=True)
-        return self.real.generate(prompt, max_tokens, ignore_eos=ignore_eos, cache_prompt=cache_prompt)
+                self.real.generate(prompt, 1)  # a stray request warms the slot
+                return self.real.generate(prompt, max_tokens)
+        return self.real.generate(prompt, max_tokens, ignore_eos=ignore_eos, bypass_cache=bypass_cache)
 
 
 def test_two_point_agrees_with_engine_timing(llama):
@@ -73,8 +84,7 @@ def test_early_stop_is_detected_retried_and_excluded(llama):
 
 def test_cached_long_request_is_detected_in_cold_mode(llama):
     adapter = Sabotage(llama.adapter, cache_long_at={0})
-    meter = TwoPointMeter(adapter, PromptSource(llama.adapter, seed=6), long_tokens=40,
-                          cache_mode="cold")
+    meter = TwoPointMeter(adapter, PromptSource(llama.adapter, seed=6), long_tokens=40, cache_mode="cold")
     point = meter.measure(128, repeats=1, warmup=0)
     bad = [p for p in point.pairs if not p.valid]
     assert len(bad) == 1
@@ -106,8 +116,9 @@ def test_check_pair_catches_each_hazard():
         "cache state differs": Pair(128, 0, rr(8, cached=0), rr(264, cached=127), "warm"),
         "warm pair missed the cache": Pair(128, 0, rr(8, cached=3), rr(264, cached=3), "warm"),
         "cold pair hit the cache": Pair(128, 0, rr(8, cached=127), rr(264, cached=127), "cold"),
-        "non-positive decode span": Pair(128, 0, rr(8, cached=127, wall=2.0),
-                                         rr(264, cached=127, wall=1.5), "warm"),
+        "non-positive decode span": Pair(
+            128, 0, rr(8, cached=127, wall=2.0), rr(264, cached=127, wall=1.5), "warm"
+        ),
     }
     for needle, pair in cases.items():
         reason = check_pair(pair, 128, 8, 264)
@@ -125,8 +136,13 @@ def test_results_recompute_from_raw_pairs(llama, tmp_path):
     assert data["summary"]["tps"]["median"] == pytest.approx(point.tps().median)
     # Independently of our code: recompute the median from the raw request fields.
     import statistics
-    raw = [(p["long"]["completion_tokens"] - p["short"]["completion_tokens"])
-           / (p["long"]["wall_s"] - p["short"]["wall_s"]) for p in data["pairs"] if p["valid"]]
+
+    raw = [
+        (p["long"]["completion_tokens"] - p["short"]["completion_tokens"])
+        / (p["long"]["wall_s"] - p["short"]["wall_s"])
+        for p in data["pairs"]
+        if p["valid"]
+    ]
     assert statistics.median(raw) == pytest.approx(data["summary"]["tps"]["median"])
 
 
@@ -143,8 +159,9 @@ def test_speculative_pair_metrics(launch_reference):
 def test_decode_span_grows_when_prefill_would_swamp_it(llama):
     # Cold pairs at 3000 tokens pay a full prefill in both requests; on this CPU that takes longer
     # than 8 + 32 decoded tokens, so the span must grow for prefill jitter not to dominate.
-    meter = TwoPointMeter(llama.adapter, PromptSource(llama.adapter, seed=4), long_tokens=40,
-                          cache_mode="cold")
+    meter = TwoPointMeter(
+        llama.adapter, PromptSource(llama.adapter, seed=4), long_tokens=40, cache_mode="cold"
+    )
     # Three warm-ups: the span grows only from a valid warm-up pair, and on a loaded machine a cold
     # 8/40-token pair can itself be swamped (seen once: a -426 ms span).
     point = meter.measure(3000, repeats=1, warmup=3)

@@ -19,15 +19,21 @@ def sglang_profile(dir: Path, url: str, api_key_env: str | None = None) -> None:
     key = f"  api_key_env: {api_key_env}\n" if api_key_env else ""
     (dir / "standin.yaml").write_text(
         f"name: standin\nengine: sglang\nservice:\n  url: {url}\n{key}"
-        "sweep:\n  contexts: [64, 256]\ndefaults:\n  repeats: 3\n  warmup: 1\n")
+        "sweep:\n  contexts: [64, 256]\ndefaults:\n  repeats: 3\n  warmup: 1\n"
+    )
 
 
 def test_help_shows_one_option_group(pytester):
     result = pytester.runpytest_subprocess("--help")
     out = result.stdout.str()
-    group = out[out.index("perftests: decode-throughput regression gate"):]
-    for opt in ("--perf-hw=NAME, --hw=NAME", "--perf-service-url=URL, --service-url=URL",
-                "--perf-api-key-env=VAR", "--perf-repeats=N", "--perf-contexts=L1,L2,..."):
+    group = out[out.index("perftests: decode-throughput regression gate") :]
+    for opt in (
+        "--perf-hw=NAME, --hw=NAME",
+        "--perf-service-url=URL, --service-url=URL",
+        "--perf-api-key-env=VAR",
+        "--perf-repeats=N",
+        "--perf-contexts=L1,L2,...",
+    ):
         assert opt in group.split("\n\n")[0], opt
 
 
@@ -42,17 +48,36 @@ def test_unknown_hw_lists_known_profiles(pytester):
 def test_malformed_profile_is_a_usage_error_naming_the_line(pytester):
     bad = pytester.path / "profiles"
     bad.mkdir()
-    (bad / "broken.yaml").write_text("name: broken\nengine: llamacpp\nsweep:\n  contexts: [64, x]\n"
-                                     "service:\n  url: http://127.0.0.1:1\n")
+    (bad / "broken.yaml").write_text(
+        "name: broken\nengine: llamacpp\nsweep:\n  contexts: [64, x]\nservice:\n  url: http://127.0.0.1:1\n"
+    )
     result = pytester.runpytest_subprocess(GATE, "--hw", "broken", "--perf-profile-dir", str(bad))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert f"{bad / 'broken.yaml'}:4: field 'sweep.contexts'" in result.stderr.str()
 
 
+def standin_baseline(path: Path) -> Path:
+    from perftests import baseline as bl
+    from tests.test_verdict import make_baseline
+
+    bl.save(make_baseline({64: 250.0, 256: 240.0}, acceptance=4.0, name="standin"), path)
+    return path
+
+
 def test_unreachable_service_is_a_run_error_not_a_failure(pytester):
     sglang_profile(pytester.path, f"http://127.0.0.1:{free_port()}")
-    result = pytester.runpytest_subprocess(GATE, "--hw", "standin", "--perf-profile-dir",
-                                           str(pytester.path), "-p", "no:cacheprovider")
+    base = standin_baseline(pytester.path / "b.yaml")
+    result = pytester.runpytest_subprocess(
+        GATE,
+        "--hw",
+        "standin",
+        "--perf-profile-dir",
+        str(pytester.path),
+        "-p",
+        "no:cacheprovider",
+        "--perf-baseline",
+        str(base),
+    )
     outcomes = result.parseoutcomes()
     assert outcomes.get("errors", 0) >= 1 and "failed" not in outcomes and "passed" not in outcomes
     assert "RUN ERROR (not a regression)" in result.stdout.str()
@@ -62,18 +87,35 @@ def test_unreachable_service_is_a_run_error_not_a_failure(pytester):
 def test_gate_against_sglang_standin_never_shows_the_api_key(pytester, monkeypatch):
     monkeypatch.setenv("STANDIN_KEY", SECRET)
     base_file = pytester.path / "baselines" / "standin.yaml"
-    common = ["--hw", "standin", "--perf-profile-dir", str(pytester.path), "-p", "no:cacheprovider",
-              "--perf-baseline", str(base_file), "--perf-log-dir", str(pytester.path / "logs")]
+    common = [
+        "--hw",
+        "standin",
+        "--perf-profile-dir",
+        str(pytester.path),
+        "-p",
+        "no:cacheprovider",
+        "--perf-baseline",
+        str(base_file),
+        "--perf-log-dir",
+        str(pytester.path / "logs"),
+    ]
     with SGLangStandIn(api_key=SECRET, accept_length=4.0, step_ms=2.0) as sg:
         sglang_profile(pytester.path, sg.url, api_key_env="STANDIN_KEY")
-        create = pytester.runpytest_subprocess(GATE, *common, "--update-baselines",
-                                               "--reason", "first baseline for the stand-in")
+        create = pytester.runpytest_subprocess(
+            GATE, *common, "--update-baselines", "--reason", "first baseline for the stand-in"
+        )
         record = pytester.path / "run.json"
         result = pytester.runpytest_subprocess(
-            GATE, *common, "-v", "-rA", "--perf-json", str(record),
-            "--junitxml", str(pytester.path / "junit.xml"))
-        assert sg.headers_seen and all(h.get("Authorization") == f"Bearer {SECRET}"
-                                       for h in sg.headers_seen)
+            GATE,
+            *common,
+            "-v",
+            "-rA",
+            "--perf-json",
+            str(record),
+            "--junitxml",
+            str(pytester.path / "junit.xml"),
+        )
+        assert sg.headers_seen and all(h.get("Authorization") == f"Bearer {SECRET}" for h in sg.headers_seen)
     create.assert_outcomes(passed=3)
     assert "baseline written" in create.stdout.str()
     result.assert_outcomes(passed=3)
@@ -81,26 +123,92 @@ def test_gate_against_sglang_standin_never_shows_the_api_key(pytester, monkeypat
     assert "ctx=64" in out and "ctx=256" in out
     assert "verdict: PASS" in out
     data = json.loads(record.read_text())
-    assert data["schema"] == "perftests.run/1"
+    assert data["schema"] == "perftests.run/2"
     assert data["verdict"]["kind"] == "pass"
     assert [p["context"] for p in data["points"]] == [64, 256]
     assert data["points"][0]["summary"]["acceptance_length"]["median"] == pytest.approx(4.0, rel=0.05)
-    texts = [out, create.stdout.str(), record.read_text(), base_file.read_text(),
-             (pytester.path / "junit.xml").read_text()]
+    texts = [
+        out,
+        create.stdout.str(),
+        record.read_text(),
+        base_file.read_text(),
+        (pytester.path / "junit.xml").read_text(),
+    ]
     texts += [p.read_text(errors="replace") for p in (pytester.path / "logs").rglob("*") if p.is_file()]
     assert not any(SECRET in t for t in texts), "the API key leaked into output, record or logs"
 
 
-def test_missing_baseline_fails_saying_how_to_create_it(pytester):
+def test_missing_baseline_is_refused_before_launching_saying_how_to_create_it(pytester):
     with SGLangStandIn() as sg:
         sglang_profile(pytester.path, sg.url)
         result = pytester.runpytest_subprocess(
-            GATE, "--hw", "standin", "--perf-profile-dir", str(pytester.path), "-p", "no:cacheprovider",
-            "--perf-baseline", str(pytester.path / "none.yaml"))
-    result.assert_outcomes(failed=3)
-    out = result.stdout.str()
-    assert "no baseline for hardware 'standin'" in out
-    assert "--update-baselines --reason" in out
+            GATE,
+            "--hw",
+            "standin",
+            "--perf-profile-dir",
+            str(pytester.path),
+            "-p",
+            "no:cacheprovider",
+            "--perf-baseline",
+            str(pytester.path / "none.yaml"),
+        )
+        assert not sg.headers_seen, "nothing may be measured before the baseline is known"
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "no baseline for hardware 'standin'" in err
+    assert "--update-baselines --reason" in err
+
+
+def test_truncated_baseline_is_a_usage_error_before_anything_is_measured(pytester):
+    base = standin_baseline(pytester.path / "b.yaml")
+    base.write_text(base.read_text()[:200])
+    with SGLangStandIn() as sg:
+        sglang_profile(pytester.path, sg.url)
+        result = pytester.runpytest_subprocess(
+            GATE,
+            "--hw",
+            "standin",
+            "--perf-profile-dir",
+            str(pytester.path),
+            "-p",
+            "no:cacheprovider",
+            "--perf-baseline",
+            str(base),
+        )
+        assert not sg.headers_seen
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert str(base) in result.stderr.str()
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+@pytest.mark.parametrize(
+    "marker, needle",
+    [
+        ("perf(repeats=0)", "expected an integer >= 1"),
+        ("perf(reps=3)", "unknown argument 'reps'"),
+        ("perf(3)", "keyword arguments only"),
+    ],
+)
+def test_perf_marker_arguments_are_validated(pytester, marker, needle):
+    base = standin_baseline(pytester.path / "b.yaml")
+    sglang_profile(pytester.path, f"http://127.0.0.1:{free_port()}")
+    pytester.makepyfile(
+        test_mine=f"import pytest\npytestmark = pytest.mark.{marker}\n"
+        "from perftests.test_gate import test_decode_throughput\n"
+    )
+    result = pytester.runpytest_subprocess(
+        "test_mine.py",
+        "--hw",
+        "standin",
+        "--perf-profile-dir",
+        str(pytester.path),
+        "--perf-baseline",
+        str(base),
+        "-p",
+        "no:cacheprovider",
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert needle in result.stderr.str()
 
 
 def test_update_without_reason_is_a_usage_error(pytester):
@@ -114,9 +222,23 @@ def test_invalid_measurement_fails_with_its_reason(pytester):
     with SGLangStandIn(max_tokens_cap=100) as sg:
         sglang_profile(pytester.path, sg.url)
         result = pytester.runpytest_subprocess(
-            GATE, "--hw", "standin", "--perf-profile-dir", str(pytester.path), "-p", "no:cacheprovider",
-            "--perf-baseline", str(pytester.path / "none.yaml"), "--perf-contexts", "64")
-    result.assert_outcomes(failed=2)  # the point, and the curve with no point to judge
+            GATE,
+            "--hw",
+            "standin",
+            "--perf-profile-dir",
+            str(pytester.path),
+            "-p",
+            "no:cacheprovider",
+            "--perf-baseline",
+            str(pytester.path / "none.yaml"),
+            "--perf-contexts",
+            "64",
+            "--update-baselines",
+            "--reason",
+            "refused: no valid point",
+        )
+    result.assert_outcomes(failed=2)  # the point, and the curve: invalid, nothing written
+    assert not (pytester.path / "none.yaml").exists()
     out = result.stdout.str()
     assert "invalid measurement" in out
     assert "long request returned 100 tokens, asked 264" in out

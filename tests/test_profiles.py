@@ -40,9 +40,14 @@ def test_pro6000_is_the_sglang_ddtree_service():
     p = profiles.load("pro6000")
     argv = " ".join(p.service.launch.argv)
     assert p.service.engine == "sglang"
-    for part in ("sglang.launch_server", "--tp 8", "--speculative-algorithm DDTREE",
-                 "--attention-backend triton", "--reasoning-parser kimi_k2",
-                 "--tool-call-parser kimi_k2"):
+    for part in (
+        "sglang.launch_server",
+        "--tp 8",
+        "--speculative-algorithm DDTREE",
+        "--attention-backend triton",
+        "--reasoning-parser kimi_k2",
+        "--tool-call-parser kimi_k2",
+    ):
         assert part in argv
     assert p.service.launch.startup_timeout_s >= 600  # a 548 GB model takes ~10 min to load
 
@@ -67,35 +72,63 @@ def test_extra_directory_shadows_and_adds(tmp_path):
     assert profiles.load("mybox", [tmp_path]).sweep.contexts == (64, 1024)
 
 
-@pytest.mark.parametrize("text, line, field", [
-    # malformed YAML: an unclosed flow sequence
-    ("name: bad\nengine: llamacpp\nsweep:\n  contexts: [64, 128\n", 5, None),
-    # missing required field
-    ("name: bad\nservice:\n  url: http://x\nsweep:\n  contexts: [64]\n", 1, "engine"),
-    # wrong type, on its own line
-    ("name: bad\nengine: llamacpp\nservice:\n  url: http://x\nsweep:\n  contexts: many\n", 6,
-     "sweep.contexts"),
-    # a negative context length
-    ("name: bad\nengine: llamacpp\nservice:\n  url: http://x\nsweep:\n  contexts: [64, -5]\n", 6,
-     "sweep.contexts"),
-    # unknown field (a typo must not be silently ignored)
-    ("name: bad\nengine: llamacpp\nservice:\n  url: http://x\n  startup_timout_s: 5\n"
-     "sweep:\n  contexts: [64]\n", 5, "service.startup_timout_s"),
-    # unknown engine
-    ("name: bad\nengine: tgi\nservice:\n  url: http://x\nsweep:\n  contexts: [64]\n", 2, "engine"),
-    # a boolean where a number belongs
-    ("name: bad\nengine: llamacpp\nservice:\n  url: http://x\nsweep:\n  contexts: [64]\n"
-     "defaults:\n  repeats: true\n", 8, "defaults.repeats"),
-    # tolerance given in percent instead of a fraction
-    ("name: bad\nengine: llamacpp\nservice:\n  url: http://x\nsweep:\n  contexts: [64]\n"
-     "defaults:\n  tolerance: 5\n", 8, "defaults.tolerance"),
-    # neither launch nor url
-    ("name: bad\nengine: llamacpp\nservice:\n  health_path: /health\nsweep:\n  contexts: [64]\n", 3,
-     "service"),
-    # argv not a list of strings
-    ("name: bad\nengine: llamacpp\nservice:\n  launch:\n    argv: server --port 1\n"
-     "sweep:\n  contexts: [64]\n", 5, "service.launch.argv"),
-])
+@pytest.mark.parametrize(
+    "text, line, field",
+    [
+        # malformed YAML: an unclosed flow sequence
+        ("name: bad\nengine: llamacpp\nsweep:\n  contexts: [64, 128\n", 5, None),
+        # missing required field
+        ("name: bad\nservice:\n  url: http://x\nsweep:\n  contexts: [64]\n", 1, "engine"),
+        # wrong type, on its own line
+        (
+            "name: bad\nengine: llamacpp\nservice:\n  url: http://x\nsweep:\n  contexts: many\n",
+            6,
+            "sweep.contexts",
+        ),
+        # a negative context length
+        (
+            "name: bad\nengine: llamacpp\nservice:\n  url: http://x\nsweep:\n  contexts: [64, -5]\n",
+            6,
+            "sweep.contexts",
+        ),
+        # unknown field (a typo must not be silently ignored)
+        (
+            "name: bad\nengine: llamacpp\nservice:\n  url: http://x\n  startup_timout_s: 5\n"
+            "sweep:\n  contexts: [64]\n",
+            5,
+            "service.startup_timout_s",
+        ),
+        # unknown engine
+        ("name: bad\nengine: tgi\nservice:\n  url: http://x\nsweep:\n  contexts: [64]\n", 2, "engine"),
+        # a boolean where a number belongs
+        (
+            "name: bad\nengine: llamacpp\nservice:\n  url: http://x\nsweep:\n  contexts: [64]\n"
+            "defaults:\n  repeats: true\n",
+            8,
+            "defaults.repeats",
+        ),
+        # tolerance given in percent instead of a fraction
+        (
+            "name: bad\nengine: llamacpp\nservice:\n  url: http://x\nsweep:\n  contexts: [64]\n"
+            "defaults:\n  tolerance: 5\n",
+            8,
+            "defaults.tolerance",
+        ),
+        # neither launch nor url
+        (
+            "name: bad\nengine: llamacpp\nservice:\n  health_path: /health\nsweep:\n  contexts: [64]\n",
+            3,
+            "service",
+        ),
+        # argv not a list of strings
+        (
+            "name: bad\nengine: llamacpp\nservice:\n  launch:\n    argv: server --port 1\n"
+            "sweep:\n  contexts: [64]\n",
+            5,
+            "service.launch.argv",
+        ),
+    ],
+)
 def test_malformed_profile_names_file_line_field(tmp_path, text, line, field):
     path = write(tmp_path, "bad", text)
     with pytest.raises(ConfigError) as e:
@@ -114,8 +147,11 @@ def test_name_must_match_file(tmp_path):
 
 def test_placeholders(monkeypatch):
     monkeypatch.setenv("PT_MODEL_DIR", "/m")
-    argv = resolve_placeholders(["x", "--port", "{port}", "--model", "{env:PT_MODEL_DIR}/k2",
-                                 "--host={host}"], host="127.0.0.1", port=1234)
+    argv = resolve_placeholders(
+        ["x", "--port", "{port}", "--model", "{env:PT_MODEL_DIR}/k2", "--host={host}"],
+        host="127.0.0.1",
+        port=1234,
+    )
     assert argv == ["x", "--port", "1234", "--model", "/m/k2", "--host=127.0.0.1"]
     monkeypatch.delenv("PT_MODEL_DIR")
     with pytest.raises(ConfigError, match="PT_MODEL_DIR"):

@@ -7,6 +7,8 @@ import pytest
 from perftests.engines.openai import OpenAIAdapter
 from perftests.prompts import PromptSource
 
+pytestmark = pytest.mark.server  # every test here runs the real llama-server
+
 
 @pytest.fixture(scope="module")
 def llama(launch_reference):
@@ -16,7 +18,7 @@ def llama(launch_reference):
 def test_llamacpp_counts_finish_and_timings(llama):
     adapter = llama.adapter
     prompt = PromptSource(adapter).ids(100, 0)
-    r = adapter.generate(prompt, 32, cache_prompt=False)
+    r = adapter.generate(prompt, 32, bypass_cache=True)
     assert r.prompt_tokens == 100
     assert r.completion_tokens == 32
     assert r.finish_reason == "length"
@@ -31,8 +33,8 @@ def test_llamacpp_counts_finish_and_timings(llama):
 def test_llamacpp_reports_a_cached_prefix(llama):
     adapter = llama.adapter
     prompt = PromptSource(adapter, seed=7).ids(200, 1)
-    first = adapter.generate(prompt, 4, cache_prompt=True)
-    second = adapter.generate(prompt, 4, cache_prompt=True)
+    first = adapter.generate(prompt, 4)
+    second = adapter.generate(prompt, 4)
     assert first.cached_tokens == 0
     # All but the last prompt token come from the slot: it must be re-evaluated to get logits.
     assert second.cached_tokens >= 199 - 1
@@ -41,9 +43,14 @@ def test_llamacpp_reports_a_cached_prefix(llama):
 def test_llamacpp_early_stop_is_visible(llama):
     adapter = llama.adapter
     # Random weights rarely emit EOS, so make the engine stop on a word: any letter or space.
-    body = {"prompt": PromptSource(adapter).ids(50, 3), "n_predict": 64, "temperature": 0,
-            "ignore_eos": True, "cache_prompt": False,
-            "stop": [" "] + [chr(c) for c in range(97, 123)]}
+    body = {
+        "prompt": PromptSource(adapter).ids(50, 3),
+        "n_predict": 64,
+        "temperature": 0,
+        "ignore_eos": True,
+        "cache_prompt": False,
+        "stop": [" "] + [chr(c) for c in range(97, 123)],
+    }
     data = adapter._json("POST", "/completion", json=body)
     stopped = adapter.parse(data, requested=64, started=0.0, wall=1.0)
     assert stopped.finish_reason == "stop"
@@ -60,9 +67,9 @@ def test_llamacpp_info_tokenize_flush(llama):
     ids = adapter.tokenize("The river town woke slowly")
     assert 3 <= len(ids) <= 27 and all(isinstance(i, int) for i in ids)
     prompt = PromptSource(adapter, seed=9).ids(120, 0)
-    adapter.generate(prompt, 2, cache_prompt=True)
+    adapter.generate(prompt, 2)
     adapter.flush_cache()
-    after = adapter.generate(prompt, 2, cache_prompt=True)
+    after = adapter.generate(prompt, 2)
     assert after.cached_tokens == 0, "flush_cache did not empty the slot"
 
 
@@ -85,7 +92,7 @@ def test_text_prompt_calibrated_to_exact_length(llama):
     src = PromptSource(llama.adapter, seed=3)
     for length in (16, 100, 333):
         text = src.text(length, 0)
-        r = llama.adapter.generate(text, 2, cache_prompt=False)
+        r = llama.adapter.generate(text, 2, bypass_cache=True)
         assert r.prompt_tokens == length
 
 
@@ -94,7 +101,7 @@ def test_exact_prompt_lengths_as_the_server_counts(llama, length):
     src = PromptSource(llama.adapter, seed=11)
     ids = src.ids(length, 0)
     assert len(ids) == length
-    r = llama.adapter.generate(ids, 1, cache_prompt=False)
+    r = llama.adapter.generate(ids, 1, bypass_cache=True)
     assert r.prompt_tokens == length
 
 
@@ -108,13 +115,16 @@ def test_prompts_are_distinct_and_deterministic(llama):
     assert len(rnd) == 300 and rnd != a.ids(300, 0)
 
 
-@pytest.mark.parametrize("draft, low, high", [
-    ("draft-identical", 0.9, 1.0),
-    ("draft-unrelated", 0.0, 0.1),
-])
+@pytest.mark.parametrize(
+    "draft, low, high",
+    [
+        ("draft-identical", 0.9, 1.0),
+        ("draft-unrelated", 0.0, 0.1),
+    ],
+)
 def test_speculative_counters(launch_reference, draft, low, high):
     svc = launch_reference("llamacpp", draft=draft)
-    r = svc.adapter.generate(PromptSource(svc.adapter).ids(64, 0), 128, cache_prompt=False)
+    r = svc.adapter.generate(PromptSource(svc.adapter).ids(64, 0), 128, bypass_cache=True)
     assert r.completion_tokens == 128
     assert r.spec_drafted_tokens and r.spec_drafted_tokens > 0
     rate = r.spec_accepted_tokens / r.spec_drafted_tokens
@@ -128,7 +138,7 @@ def test_partial_acceptance_draft_lies_between(launch_reference):
     # Measured: mix 0.0003 -> ~0.9, 0.001 -> ~0.78, 0.003 -> ~0.62, 0.01 -> ~0.38, 0.03 -> ~0.17.
     for draft in ("draft-identical", "draft-mix-0.003", "draft-unrelated"):
         svc = launch_reference("llamacpp", draft=draft)
-        r = svc.adapter.generate(PromptSource(svc.adapter).ids(64, 0), 128, cache_prompt=False)
+        r = svc.adapter.generate(PromptSource(svc.adapter).ids(64, 0), 128, bypass_cache=True)
         rates[draft] = r.spec_accepted_tokens / r.spec_drafted_tokens
         svc.close()
     assert rates["draft-unrelated"] < 0.1, rates

@@ -17,8 +17,12 @@ def test_generate_request_and_meta_info():
         r = adapter.generate([10, 11, 12, 13, 14, 15], 40)
         body = sg.requests[-1]["body"]
         assert body["input_ids"] == [10, 11, 12, 13, 14, 15]
-        assert body["sampling_params"] == {"max_new_tokens": 40, "min_new_tokens": 40,
-                                           "ignore_eos": True, "temperature": 0.0}
+        assert body["sampling_params"] == {
+            "max_new_tokens": 40,
+            "min_new_tokens": 40,
+            "ignore_eos": True,
+            "temperature": 0.0,
+        }
         assert body["stream"] is False
         assert (r.prompt_tokens, r.completion_tokens, r.cached_tokens) == (6, 40, 0)
         assert r.finish_reason == "length"

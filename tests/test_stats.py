@@ -60,6 +60,8 @@ def test_bootstrap_coverage_on_normal_samples():
     # Of 200 samples of n=9 from N(0,1) the 95% interval should contain the true median 0 most
     # of the time; percentile bootstrap under-covers at small n, so require 85%.
     rng = np.random.default_rng(11)
-    hits = sum(lo <= 0.0 <= hi for lo, hi in
-               (bootstrap_median_ci(rng.normal(0, 1, 9), resamples=500) for _ in range(200)))
+    hits = sum(
+        lo <= 0.0 <= hi
+        for lo, hi in (bootstrap_median_ci(rng.normal(0, 1, 9), resamples=500) for _ in range(200))
+    )
     assert hits >= 170

@@ -8,20 +8,43 @@ import pytest
 
 from perftests.baseline import Baseline, BaselinePoint
 from perftests.compare import compare_point
+from perftests.estimate import Estimate, se_log_median
 from perftests.scaling import fit_curve
 from perftests.verdict import Kind, classify, explain_report
 
 TOL = 0.05
 
 
-def make_baseline(points: dict[int, float], acceptance: float | None = None, mad_frac: float = 0.01,
-                  n: int = 5, name: str = "pro6000") -> Baseline:
-    pts = [BaselinePoint(c, t, t * mad_frac, n, acceptance,
-                         1000 * acceptance / t if acceptance else None) for c, t in sorted(points.items())]
-    model = fit_curve([p.context for p in pts], [p.tps for p in pts],
-                      [acceptance] * len(pts) if acceptance else None)
-    return Baseline(hardware=name, points=pts, model=model, created="2026-12-01", reason="test",
-                    provenance={})
+def make_baseline(
+    points: dict[int, float],
+    acceptance: float | None = None,
+    mad_frac: float = 0.01,
+    n: int = 5,
+    name: str = "pro6000",
+    launch_sd: float | None = None,
+    launches: int = 5,
+) -> Baseline:
+    """A baseline; with `launch_sd`, each point holds `launches` launch medians of that spread."""
+
+    def spread(t: float) -> tuple[float, ...]:
+        if launch_sd is None:
+            return ()
+        z = np.linspace(-1, 1, launches)
+        z = z / np.std(z, ddof=1)
+        return tuple(float(t * np.exp(launch_sd * x)) for x in z)
+
+    pts = [
+        BaselinePoint(
+            c, t, t * mad_frac, n, acceptance, 1000 * acceptance / t if acceptance else None, spread(t)
+        )
+        for c, t in sorted(points.items())
+    ]
+    model = fit_curve(
+        [p.context for p in pts], [p.tps for p in pts], [acceptance] * len(pts) if acceptance else None
+    )
+    return Baseline(
+        hardware=name, points=pts, model=model, created="2026-12-01", reason="test", provenance={}
+    )
 
 
 def seed_curve(ctx: float, a_ms: float = 34.5, b_ms: float = 0.02368, acc: float = 5.0) -> float:
@@ -30,11 +53,56 @@ def seed_curve(ctx: float, a_ms: float = 34.5, b_ms: float = 0.02368, acc: float
     return 1000 * acc / (a_ms + b_ms * ctx)
 
 
-def run(base: Baseline, measured: dict[int, float], *, mad_frac: float = 0.01, n: int = 5,
-        acceptance: float | None = None, step_ms: dict[int, float] | None = None):
-    cmps = [compare_point(base, c, t, t * mad_frac, n, TOL, acceptance=acceptance,
-                          step_ms=(step_ms or {}).get(c) or (1000 * acceptance / t if acceptance else None))
-            for c, t in measured.items()]
+def est(
+    ctx: int,
+    tps: float,
+    *,
+    mad_frac: float = 0.01,
+    n: int = 5,
+    launches: int = 1,
+    acceptance: float | None = None,
+    step_ms: float | None = None,
+) -> Estimate:
+    """A measured point: `launches` launches of median `tps`, each from n pairs."""
+    return Estimate(
+        ctx,
+        tps,
+        (tps,) * launches,
+        se_log_median(tps, tps * mad_frac, n),
+        1.4826 * mad_frac,
+        n * launches,
+        acceptance,
+        step_ms,
+    )
+
+
+def run(
+    base: Baseline,
+    measured: dict[int, float],
+    *,
+    mad_frac: float = 0.01,
+    n: int = 5,
+    acceptance: float | None = None,
+    step_ms: dict[int, float] | None = None,
+    noise: float = 0.01,
+):
+    """Judge `measured` with `noise` as the between-launch sd (a one-launch baseline's prior)."""
+    cmps = [
+        compare_point(
+            base,
+            est(
+                c,
+                t,
+                mad_frac=mad_frac,
+                n=n,
+                acceptance=acceptance,
+                step_ms=(step_ms or {}).get(c) or (1000 * acceptance / t if acceptance else None),
+            ),
+            TOL,
+            launch_noise_prior=noise,
+        )
+        for c, t in measured.items()
+    ]
     return classify(cmps, base)
 
 
@@ -52,7 +120,7 @@ def test_seed_baseline_matches_the_story(pro6000):
 
 def test_seed_32_at_5k_is_expected_scaling_when_the_curve_predicts_it(pro6000):
     kind, text = explain_report(pro6000, 5000, 32.0, 4.9, TOL)
-    assert kind == Kind.EXPECTED_SCALING.value
+    assert kind is Kind.EXPECTED_SCALING
     assert "expected at ctx=5000: 32." in text
     assert "context scaling, not a regression" in text
     # The same conclusion from a measured sweep that includes a context the baseline lacks.
@@ -67,7 +135,7 @@ def test_seed_32_at_5k_is_a_regression_when_the_curve_does_not_predict_it():
     # A curve that stayed nearly flat out to 3k (FlashMLA-like): 5k should be well above 100.
     flat = make_baseline({60: 138.0, 1024: 133.0, 3072: 124.0}, acceptance=5.0)
     kind, text = explain_report(flat, 5000, 32.0, 4.9, TOL)
-    assert kind in (Kind.UNIFORM.value, Kind.CONTEXT_DEPENDENT.value)
+    assert kind in (Kind.UNIFORM, Kind.CONTEXT_DEPENDENT)
     assert "below the band, a regression" in text
     assert "acceptance 4.90 tokens/step held" in text
 
@@ -110,7 +178,7 @@ def test_acceptance_drop_with_step_time_unchanged(pro6000):
 
 def test_acceptance_collapse_from_a_report(pro6000):
     kind, text = explain_report(pro6000, 60, 60.0, 2.1, TOL)
-    assert kind == Kind.ACCEPTANCE_COLLAPSE.value
+    assert kind is Kind.ACCEPTANCE_COLLAPSE
     assert "2.10 tokens/step against 5.00" in text
 
 
@@ -125,14 +193,14 @@ def test_noise_only_variation_passes(pro6000, seed):
     # Measured medians off by up to +-3% with a 2% spread: what an unchanged service looks like.
     rng = np.random.default_rng(seed)
     measured = {c: seed_curve(c) * (1 + rng.uniform(-0.03, 0.03)) for c in (60, 1024, 3072)}
-    v = run(pro6000, measured, mad_frac=0.02, acceptance=5.0)
+    v = run(pro6000, measured, mad_frac=0.02, acceptance=5.0, noise=0.02)
     assert v.passed, v.explanation()
     assert v.kind in (Kind.PASS, Kind.INCONCLUSIVE)
 
 
 def test_drop_beyond_tolerance_within_noise_is_inconclusive(pro6000):
-    # 8% down, but the samples scatter by 15%: not significant, so re-measure instead of failing.
-    v = run(pro6000, {60: seed_curve(60) * 0.92, 1024: seed_curve(1024)}, mad_frac=0.15, n=3)
+    # 8% down, but launches scatter by 15%: not significant, so measure more instead of failing.
+    v = run(pro6000, {60: seed_curve(60) * 0.92, 1024: seed_curve(1024)}, noise=0.15)
     p60 = next(p for p in v.points if p.context == 60)
     assert p60.status == "inconclusive"
     assert p60.mde > 0.08  # the printed detectable drop says why
@@ -140,15 +208,45 @@ def test_drop_beyond_tolerance_within_noise_is_inconclusive(pro6000):
 
 
 def test_small_significant_drop_within_tolerance_passes(pro6000):
-    v = run(pro6000, {c: seed_curve(c) * 0.97 for c in (60, 1024, 3072)}, mad_frac=0.002, n=20)
+    v = run(pro6000, {c: seed_curve(c) * 0.97 for c in (60, 1024, 3072)}, mad_frac=0.002, n=20, noise=0.002)
     assert v.kind is Kind.PASS
     assert all(p.ratio_high < 1 for p in v.points)  # significant, but under the 5% tolerance
 
 
-def test_minimum_detectable_effect_falls_with_repeats(pro6000):
-    mdes = [compare_point(pro6000, 1024, 100.0, 3.0, n, TOL).mde for n in (3, 5, 10, 20, 40)]
-    assert mdes == sorted(mdes, reverse=True)
-    assert mdes[0] > 2 * mdes[-1] * 0.9
+def test_detectable_drop_falls_with_launches_not_with_repeats():
+    # A baseline of 5 launches whose medians spread 4% (sd of logs): the run's detectable drop
+    # shrinks as it adds launches, and more pairs within one launch do not buy it.
+    base = make_baseline({c: seed_curve(c) for c in (60, 1024, 3072)}, launch_sd=0.04)
+    assert base.point(1024).launch_sd == pytest.approx(0.04, rel=1e-6)
+    by_k = [
+        compare_point(base, est(1024, 100.0, launches=k), TOL, launch_noise_prior=0.2).mde
+        for k in (1, 2, 4, 8)
+    ]
+    assert by_k == sorted(by_k, reverse=True) and by_k[0] > 1.5 * by_k[-1]
+    by_n = {compare_point(base, est(1024, 100.0, n=n), TOL, launch_noise_prior=0.2).mde for n in (5, 20, 80)}
+    assert len(by_n) == 1  # within-launch pairs are not the unit of replication
+    # The measured launch spread pulls the profile's prior towards itself, more with more launches.
+    c = compare_point(base, est(1024, 100.0), TOL, launch_noise_prior=0.2)
+    assert c.noise_source == "launches" and c.baseline_launches == 5
+    assert c.noise_sd == pytest.approx(((4 * 0.2**2 + 4 * 0.04**2) / 8) ** 0.5, rel=1e-6)
+    many = make_baseline({1024: 100.0, 3072: 50.0}, launch_sd=0.04, launches=201)
+    c = compare_point(many, est(1024, 100.0), TOL, launch_noise_prior=0.2)
+    assert 0.04 < c.noise_sd < 0.05  # ((4 * 0.2**2 + 200 * 0.04**2) / 204) ** 0.5 = 0.0485
+
+
+def test_a_run_of_m_points_widens_each_interval_so_the_run_keeps_its_false_alarm_rate(pro6000):
+    one = compare_point(pro6000, est(1024, 100.0), TOL, launch_noise_prior=0.05)
+    four = compare_point(pro6000, est(1024, 100.0), TOL, launch_noise_prior=0.05, family=4)
+    assert four.mde > one.mde and four.ratio_high > one.ratio_high
+    assert "98.75% interval" in four.describe()
+
+
+def test_one_launch_baseline_takes_the_profile_noise_and_says_so(pro6000):
+    c = compare_point(pro6000, est(1024, seed_curve(1024) * 0.9), TOL, launch_noise_prior=0.08)
+    assert c.noise_source == "profile" and c.noise_sd == 0.08
+    # one launch against one launch at 8%: a 10% drop is within the noise
+    assert c.status == "inconclusive" and c.mde > 0.10
+    assert "from the profile (assumed)" in c.describe()
 
 
 def test_a_drop_at_one_middle_point_is_reported_as_uneven(pro6000):

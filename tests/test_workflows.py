@@ -32,8 +32,9 @@ def _load(name: str) -> dict:
 def test_actionlint_passes_on_every_workflow():
     files = sorted(WORKFLOWS.glob("*.yml"))
     assert {f.name for f in files} == {"ci.yml", "perf-gate.yml", "baseline-refresh.yml"}
-    res = subprocess.run([_actionlint(), "-no-color", *map(str, files)], cwd=REPO, capture_output=True,
-                         text=True, timeout=120)
+    res = subprocess.run(
+        [_actionlint(), "-no-color", *map(str, files)], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert res.returncode == 0, res.stdout + res.stderr
 
 
@@ -43,12 +44,18 @@ def test_actionlint_does_catch_a_broken_workflow(tmp_path):
     wf.mkdir(parents=True)
     (wf / "bad.yml").write_text(
         "on: pull_request\njobs:\n  a:\n    runs-on: [self-hosted, b300]\n    steps:\n"
-        "      - run: echo \"${{ github.event.pull_request.title }}\"\n"
-        "      - run: echo ${{ matrix.nope }}\n")
-    res = subprocess.run([_actionlint(), "-no-color", str(wf / "bad.yml")], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120)
+        '      - run: echo "${{ github.event.pull_request.title }}"\n'
+        "      - run: echo ${{ matrix.nope }}\n"
+    )
+    res = subprocess.run(
+        [_actionlint(), "-no-color", str(wf / "bad.yml")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 1
-    for want in ("potentially untrusted", "label \"b300\" is unknown", "property \"nope\" is not defined"):
+    for want in ("potentially untrusted", 'label "b300" is unknown', 'property "nope" is not defined'):
         assert want in res.stdout, (want, res.stdout)
 
 

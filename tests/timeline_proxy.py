@@ -50,8 +50,11 @@ class TimelineProxy:
                 start = time.monotonic()
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 conn = http.client.HTTPConnection(outer.host, outer.port, timeout=600)
-                headers = {k: v for k, v in self.headers.items()
-                           if k.lower() not in ("host", "connection", "keep-alive")}
+                headers = {
+                    k: v
+                    for k, v in self.headers.items()
+                    if k.lower() not in ("host", "connection", "keep-alive")
+                }
                 conn.request(self.command, self.path, body=body or None, headers=headers)
                 resp = conn.getresponse()
                 data = resp.read()

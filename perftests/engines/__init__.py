@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from perftests.engines.base import EngineAdapter, RequestResult, ServerInfo, Timeouts
+from perftests.engines.base import (
+    Capabilities,
+    EngineAdapter,
+    RequestResult,
+    ServerInfo,
+    Timeouts,
+    check_cache_mode,
+)
 from perftests.engines.llamacpp import LlamaCppAdapter
 from perftests.engines.openai import OpenAIAdapter
 from perftests.engines.sglang import SGLangAdapter
@@ -11,4 +18,12 @@ ADAPTERS: dict[str, type[EngineAdapter]] = {
     a.name: a for a in (LlamaCppAdapter, OpenAIAdapter, SGLangAdapter)
 }
 
-__all__ = ["ADAPTERS", "EngineAdapter", "RequestResult", "ServerInfo", "Timeouts"]
+__all__ = [
+    "ADAPTERS",
+    "Capabilities",
+    "EngineAdapter",
+    "RequestResult",
+    "ServerInfo",
+    "Timeouts",
+    "check_cache_mode",
+]

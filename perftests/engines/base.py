@@ -11,9 +11,21 @@ from typing import Any, ClassVar
 
 import httpx
 
-from perftests.errors import EngineError, NotSupportedError, ServiceError
+from perftests.errors import ConfigError, EngineError, NotSupportedError, ServiceError
 
 Prompt = str | Sequence[int]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What an adapter can really do, declared per class so a run can be refused before it starts
+    rather than recorded with a cache state or counter nobody could check."""
+
+    bypass_cache: bool = False  # can skip prefix-cache reuse per request
+    flush_cache: bool = False  # can flush the prefix cache
+    cached_tokens: bool = False  # reports cached prompt tokens per request
+    spec_counters: bool = False  # reports speculative verify/accept counters per request
+    engine_timing: bool = False  # reports engine-side decode timing
 
 
 @dataclass(frozen=True)
@@ -107,16 +119,23 @@ class EngineAdapter:
     """Base adapter: owns one httpx client per service (connection reuse, profile timeouts)."""
 
     name: ClassVar[str] = "base"
-    health_path: ClassVar[str] = "/health"
+    health_path: str = "/health"  # the adapter's default; a profile may set its own
+    # The base adapter claims nothing; each adapter declares what its code really does.
+    capabilities: ClassVar[Capabilities] = Capabilities()
 
-    def __init__(self, base_url: str, *, api_key: str | None = None,
-                 timeouts: Timeouts | None = None, model: str | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeouts: Timeouts | None = None,
+        model: str | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.timeouts = timeouts or Timeouts()
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.Client(base_url=self.base_url, headers=headers,
-                                    timeout=self.timeouts.httpx())
+        self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=self.timeouts.httpx())
 
     # -- plumbing ---------------------------------------------------------------------------
     def close(self) -> None:
@@ -143,13 +162,15 @@ class EngineAdapter:
         if resp.status_code == 404 or resp.status_code == 501:
             raise NotSupportedError(f"{self.name}: {method} {path} answered {resp.status_code}")
         if resp.status_code >= 400:
-            raise EngineError(f"{self.name}: {method} {self.base_url}{path} answered "
-                              f"{resp.status_code}: {resp.text[:300]}")
+            raise EngineError(
+                f"{self.name}: {method} {self.base_url}{path} answered {resp.status_code}: {resp.text[:300]}"
+            )
         try:
             return resp.json()
         except ValueError:
             raise EngineError(
-                f"{self.name}: {method} {path} returned non-JSON: {resp.text[:200]!r}") from None
+                f"{self.name}: {method} {path} returned non-JSON: {resp.text[:200]!r}"
+            ) from None
 
     def _timed_post(self, path: str, body: dict[str, Any]) -> tuple[Any, float, float]:
         t0 = time.perf_counter()
@@ -172,9 +193,19 @@ class EngineAdapter:
     def flush_cache(self) -> None:
         raise NotSupportedError(f"{self.name}: cannot flush the prefix cache")
 
-    def generate(self, prompt: Prompt, max_tokens: int, *, ignore_eos: bool = True,
-                 cache_prompt: bool = True) -> RequestResult:
+    def generate(
+        self, prompt: Prompt, max_tokens: int, *, ignore_eos: bool = True, bypass_cache: bool = False
+    ) -> RequestResult:
+        """One request. `bypass_cache=True` asks the engine not to reuse a cached prefix; an
+        adapter without the bypass capability raises NotSupportedError (see _refuse_bypass)."""
         raise NotImplementedError
+
+    def _refuse_bypass(self, bypass_cache: bool) -> None:
+        """Raise before anything is sent when asked to bypass a cache this adapter cannot."""
+        if bypass_cache and not self.capabilities.bypass_cache:
+            raise NotSupportedError(
+                f"{self.name}: the '{self.name}' adapter cannot bypass the prefix cache per request"
+            )
 
     def stream(self, prompt: Prompt, max_tokens: int) -> StreamResult:
         """Generate with streaming on; records when each event arrived and its token count."""
@@ -187,8 +218,9 @@ class EngineAdapter:
             with self._client.stream("POST", path, json=body) as resp:
                 if resp.status_code >= 400:
                     resp.read()
-                    raise EngineError(f"{self.name}: streaming {path} answered {resp.status_code}: "
-                                      f"{resp.text[:300]}")
+                    raise EngineError(
+                        f"{self.name}: streaming {path} answered {resp.status_code}: {resp.text[:300]}"
+                    )
                 for line in resp.iter_lines():
                     if not line.startswith("data:"):
                         continue
@@ -204,8 +236,9 @@ class EngineAdapter:
         except httpx.TransportError as e:
             raise ServiceError(f"POST {self.base_url}{path} (stream): service unreachable ({e})") from None
         wall = time.perf_counter() - t0
-        return StreamResult(self.name, max_tokens, wall, events[0][0] if events else None, seen,
-                            finish, events)
+        return StreamResult(
+            self.name, max_tokens, wall, events[0][0] if events else None, seen, finish, events
+        )
 
     def _stream_body(self, prompt: Prompt, max_tokens: int) -> tuple[str, dict[str, Any]]:
         raise NotSupportedError(f"{self.name}: streaming is not supported")
@@ -219,3 +252,41 @@ class EngineAdapter:
         if key not in data:
             raise EngineError(f"response has no '{key}' in {where}: keys are {sorted(data)}")
         return data[key]
+
+
+CACHE_MODES = ("warm", "cold")
+
+
+def check_cache_mode(adapter: type[EngineAdapter], mode: str) -> None:
+    """Raise ConfigError unless `adapter` can honour cache mode `mode` and verify it did.
+
+    cold needs a way to avoid reuse (per-request bypass or a flush) and cached-token counts to
+    prove no reuse happened; otherwise a "cold" record could be warm without anyone knowing.
+    warm is always allowed: where cached tokens are not reported the point is noted unverified."""
+    if mode not in CACHE_MODES:
+        raise ConfigError(
+            f"--perf-cache-mode {mode!r}: unknown cache mode; use one of {', '.join(CACHE_MODES)}"
+        )
+    if mode == "warm":
+        return
+    caps = adapter.capabilities
+    can_avoid = caps.bypass_cache or caps.flush_cache
+    if can_avoid and caps.cached_tokens:
+        return
+    if not can_avoid and not caps.cached_tokens:
+        why = "cannot bypass or flush the prefix cache per request, nor report cached tokens to verify it"
+    elif not can_avoid:
+        why = "cannot bypass or flush the prefix cache per request"
+    else:
+        why = "does not report cached tokens, so a cold request could not be verified as cold"
+    from perftests.engines import ADAPTERS  # late: the registry imports this module
+
+    able = sorted(
+        n
+        for n, a in ADAPTERS.items()
+        if (a.capabilities.bypass_cache or a.capabilities.flush_cache) and a.capabilities.cached_tokens
+    )
+    raise ConfigError(
+        f"--perf-cache-mode {mode}: the '{adapter.name}' adapter {why}; use warm, "
+        f"or an engine adapter that can ({', '.join(able)})"
+    )

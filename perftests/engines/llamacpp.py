@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perftests.engines.base import EngineAdapter, Prompt, RequestResult, ServerInfo
+from perftests.engines.base import Capabilities, EngineAdapter, Prompt, RequestResult, ServerInfo
 from perftests.errors import EngineError, NotSupportedError
 
 # llama.cpp's stop_type names mapped to the OpenAI-style finish reasons the measurement checks.
@@ -14,15 +14,22 @@ _FINISH = {"limit": "length", "eos": "stop", "word": "stop"}
 class LlamaCppAdapter(EngineAdapter):
     name = "llamacpp"
     health_path = "/health"
+    capabilities = Capabilities(
+        bypass_cache=True,  # `cache_prompt: false` in the /completion body skips slot reuse
+        flush_cache=True,  # POST /slots/{id}?action=erase (needs --slot-save-path)
+        cached_tokens=True,  # timings.cache_n / tokens_evaluated - prompt_n per response
+        spec_counters=True,  # timings.draft_n / draft_n_accepted per response
+        engine_timing=True,  # timings.predicted_ms / predicted_per_second per response
+    )
 
     def server_info(self) -> ServerInfo:
         props = self._json("GET", "/props")
         settings = props.get("default_generation_settings", {})
-        args = {k: props.get(k) for k in ("total_slots", "model_alias", "model_ftype")
-                if k in props}
+        args = {k: props.get(k) for k in ("total_slots", "model_alias", "model_ftype") if k in props}
         args["n_ctx"] = settings.get("n_ctx")
-        return ServerInfo(engine=self.name, version=props.get("build_info"),
-                          model=props.get("model_path"), args=args)
+        return ServerInfo(
+            engine=self.name, version=props.get("build_info"), model=props.get("model_path"), args=args
+        )
 
     def tokenize(self, text: str) -> list[int]:
         data = self._json("POST", "/tokenize", json={"content": text, "add_special": False})
@@ -36,13 +43,14 @@ class LlamaCppAdapter(EngineAdapter):
             if resp.status_code >= 400:
                 raise NotSupportedError(f"llamacpp: slot erase refused: {resp.text[:200]}")
 
-    def generate(self, prompt: Prompt, max_tokens: int, *, ignore_eos: bool = True,
-                 cache_prompt: bool = True) -> RequestResult:
+    def generate(
+        self, prompt: Prompt, max_tokens: int, *, ignore_eos: bool = True, bypass_cache: bool = False
+    ) -> RequestResult:
         body: dict[str, Any] = {
             "prompt": prompt if isinstance(prompt, str) else list(prompt),
             "n_predict": max_tokens,
             "ignore_eos": ignore_eos,
-            "cache_prompt": cache_prompt,
+            "cache_prompt": not bypass_cache,
             # Greedy: speculative acceptance then depends on the models only, not on sampling luck.
             "temperature": 0.0,
             "top_k": 1,
@@ -51,9 +59,15 @@ class LlamaCppAdapter(EngineAdapter):
         return self.parse(data, requested=max_tokens, started=t0, wall=wall)
 
     def _stream_body(self, prompt: Prompt, max_tokens: int) -> tuple[str, dict[str, Any]]:
-        body = {"prompt": prompt if isinstance(prompt, str) else list(prompt), "n_predict": max_tokens,
-                "ignore_eos": True, "cache_prompt": False, "temperature": 0.0, "top_k": 1,
-                "stream": True}
+        body = {
+            "prompt": prompt if isinstance(prompt, str) else list(prompt),
+            "n_predict": max_tokens,
+            "ignore_eos": True,
+            "cache_prompt": False,
+            "temperature": 0.0,
+            "top_k": 1,
+            "stream": True,
+        }
         return "/completion", body
 
     def _stream_progress(self, event: dict[str, Any], seen: int) -> tuple[int, str | None]:

@@ -7,13 +7,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from perftests.engines.base import EngineAdapter, Prompt, RequestResult, ServerInfo
+from perftests.engines.base import Capabilities, EngineAdapter, Prompt, RequestResult, ServerInfo
 from perftests.errors import EngineError, ServiceError
 
 
 class OpenAIAdapter(EngineAdapter):
     name = "openai"
     health_path = "/health"
+    capabilities = Capabilities(
+        bypass_cache=False,  # the OpenAI API has no per-request cache switch
+        flush_cache=False,  # nor any endpoint to flush a prefix cache
+        cached_tokens=False,  # usage.prompt_tokens_details is optional: read when sent, not promised
+        spec_counters=False,  # draft counters only from llama.cpp's extra `timings`, opportunistically
+        engine_timing=False,  # likewise `timings`: read when present, not part of the API
+    )
 
     def health(self) -> None:
         # /health is not part of the OpenAI API; /v1/models is, so fall back to it.
@@ -34,11 +41,17 @@ class OpenAIAdapter(EngineAdapter):
     def server_info(self) -> ServerInfo:
         data = self._json("GET", "/v1/models").get("data") or []
         first = data[0] if data else {}
-        return ServerInfo(engine=self.name, version=first.get("owned_by"), model=first.get("id"),
-                          args={"models": [m.get("id") for m in data]})
+        return ServerInfo(
+            engine=self.name,
+            version=first.get("owned_by"),
+            model=first.get("id"),
+            args={"models": [m.get("id") for m in data]},
+        )
 
-    def generate(self, prompt: Prompt, max_tokens: int, *, ignore_eos: bool = True,
-                 cache_prompt: bool = True) -> RequestResult:
+    def generate(
+        self, prompt: Prompt, max_tokens: int, *, ignore_eos: bool = True, bypass_cache: bool = False
+    ) -> RequestResult:
+        self._refuse_bypass(bypass_cache)
         body: dict[str, Any] = {
             "prompt": prompt if isinstance(prompt, str) else list(prompt),
             "max_tokens": max_tokens,
@@ -56,8 +69,12 @@ class OpenAIAdapter(EngineAdapter):
 
     def _stream_body(self, prompt: Prompt, max_tokens: int) -> tuple[str, dict[str, Any]]:
         body: dict[str, Any] = {
-            "prompt": prompt if isinstance(prompt, str) else list(prompt), "max_tokens": max_tokens,
-            "min_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True, "stream": True,
+            "prompt": prompt if isinstance(prompt, str) else list(prompt),
+            "max_tokens": max_tokens,
+            "min_tokens": max_tokens,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "stream": True,
             "stream_options": {"include_usage": True},
         }
         if model := self._model_name():

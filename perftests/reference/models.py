@@ -164,15 +164,16 @@ def _with_overrides(name: str, spec: ModelSpec) -> tuple[str, ModelSpec]:
     for item in filter(None, over.split(",")):
         key, _, value = item.partition("=")
         if key not in fields or key == "seed":
-            raise ConfigError(f"model '{name}': unknown field '{key}'; known: "
-                              f"{', '.join(k for k in fields if k != 'seed')}")
+            raise ConfigError(
+                f"model '{name}': unknown field '{key}'; known: {', '.join(k for k in fields if k != 'seed')}"
+            )
         try:
             changes[key] = value if key == "dtype" else int(value)
         except ValueError:
             raise ConfigError(f"model '{name}': {key} must be an integer, got {value!r}") from None
     if changes.get("dtype", spec.dtype) not in ("f16", "f32"):
         raise ConfigError(f"model '{name}': dtype must be f16 or f32")
-    return base, replace(spec, **changes)
+    return base, replace(spec, **changes)  # type: ignore[arg-type]  # checked per field above
 
 
 def model_path(name: str, spec: ModelSpec | None = None) -> Path:
@@ -193,8 +194,10 @@ def model_path(name: str, spec: ModelSpec | None = None) -> Path:
     elif m := _MIX.match(name):
         seed, mix = spec.seed, float(m.group(1))
     else:
-        raise ConfigError(f"unknown reference model '{name}': use target, draft-identical, "
-                          "draft-unrelated or draft-mix-P with 0 <= P <= 1")
+        raise ConfigError(
+            f"unknown reference model '{name}': use target, draft-identical, "
+            "draft-unrelated or draft-mix-P with 0 <= P <= 1"
+        )
     # RECIPE changes whenever the way weights are made changes, so a cached file is never stale.
     shape = {k: v for k, v in asdict(spec).items() if not (k == "head_dim" and v == 0)}  # older keys stay
     key = json.dumps({**shape, "seed": seed, "mix": mix, "recipe": RECIPE}, sort_keys=True)
@@ -211,7 +214,8 @@ def model_path(name: str, spec: ModelSpec | None = None) -> Path:
                 # target's exactly, and agreement depends smoothly on P through the logits alone.
                 # Blending every layer is chaotic (P=0.001 already scattered acceptance 0.2-0.5).
                 a, b = np.sqrt(1.0 - mix), np.sqrt(mix)
-                weights["output.weight"] = (a * weights["output.weight"]
-                                            + b * other["output.weight"]).astype(np.float32)
+                weights["output.weight"] = (a * weights["output.weight"] + b * other["output.weight"]).astype(
+                    np.float32
+                )
             write_gguf(path, spec, weights, f"perftests-{name}")
     return path

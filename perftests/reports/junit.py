@@ -16,7 +16,7 @@ from typing import Any
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
 from perftests.record import RunRecord
-from perftests.reports.fields import point_properties, verdict_kind, verdict_text, views
+from perftests.reports.fields import outcome_text, point_properties, verdict_kind, verdict_text
 
 
 class _Case(TestCase):
@@ -41,50 +41,85 @@ def suite(record: RunRecord) -> TestSuite:
     kind = verdict_kind(record)
     classname = f"perftests.{record.name}"
     cases: list[TestCase] = []
-    for v in views(record):
-        case = _Case(f"decode_throughput[ctx={v.context}]", classname=classname,
-                     elapsed_sec=v.point.elapsed_s if v.point else None,
-                     properties=point_properties(v, kind))
-        if v.point is None:
-            case.add_error_info(message=v.problem or (record.errors[0] if record.errors
-                                                      else "not measured"),
-                                error_type="measurement")
-        elif v.problem:
-            case.add_failure_info(message=v.problem, failure_type="no judgement")
-        elif v.comparison is not None and v.comparison.status == "fail":
-            case.add_failure_info(message=v.comparison.describe(), output=verdict_text(record),
-                                  failure_type=kind or "regression")
+    run_failed = record.errors or (record.outcome is not None and record.outcome.kind.value == "machine")
+    for r in record.results():
+        elapsed = sum(p.elapsed_s for p in record.points if p.context == r.context)
+        case = _Case(
+            f"decode_throughput[ctx={r.context}]",
+            classname=classname,
+            elapsed_sec=elapsed or None,
+            properties=point_properties(r, kind),
+        )
+        if run_failed:
+            case.add_error_info(
+                message=outcome_text(record).splitlines()[0] if record.outcome else record.errors[0],
+                error_type="run error (not a regression)",
+            )
+        elif r.estimate is None:
+            case.add_error_info(message=r.problem or "not measured", error_type="measurement")
+        elif r.problem:
+            case.add_failure_info(message=r.problem, failure_type="no judgement")
+        elif r.failed and r.comparison is not None:
+            case.add_failure_info(
+                message=r.comparison.describe(),
+                output=verdict_text(record),
+                failure_type=kind or "regression",
+            )
         cases.append(case)
     cases.append(_curve_case(record, classname))
-    b = record.baseline or {}
-    props = {"profile": record.profile, "target": record.name, "engine": record.engine,
-             "service_url": record.service_url, "commit": record.commit or "unknown",
-             "tool_version": record.tool_version, "baseline": b.get("path", ""),
-             "baseline_created": b.get("created", ""), "verdict": kind or "none",
-             "provisional": str(bool(b.get("provisional"))).lower()}
-    return _Suite(f"perftests.{record.name}", cases, hostname=socket.gethostname(),
-                  timestamp=record.created, properties=props)
+    b = record.baseline
+    ja = record.judged_against
+    props = {
+        "profile": record.profile,
+        "target": record.name,
+        "engine": record.engine,
+        "service_url": record.service_url,
+        "commit": record.commit or "unknown",
+        "tool_version": record.tool_version,
+        "baseline": ja.path if ja else "",
+        "baseline_created": b.created if b else "",
+        "verdict": kind or "none",
+        "outcome": record.outcome.kind.value if record.outcome else "none",
+        "launches": str(len(record.launches)),
+        "provisional": str(bool(b and b.provisional)).lower(),
+    }
+    return _Suite(
+        f"perftests.{record.name}",
+        cases,
+        hostname=socket.gethostname(),
+        timestamp=record.created,
+        properties=props,
+    )
 
 
 def _curve_case(record: RunRecord, classname: str) -> TestCase:
-    v = record.verdict
+    v, o = record.verdict, record.outcome
     props: list[tuple[str, Any]] = []
     case = _Case("curve_verdict", classname=classname, properties=props)
-    if record.errors:
-        case.add_error_info(message=record.errors[0], error_type="run error (not a regression)")
+    if o is not None:
+        props += [("outcome", o.kind.value), ("exit_code", o.exit_code)]
+    if record.errors or (o is not None and o.kind.value == "machine"):
+        case.add_error_info(
+            message=o.headline if o else record.errors[0],
+            output=outcome_text(record),
+            error_type="run error (not a regression)",
+        )
     elif record.refresh:
-        props.append(("refreshed", (record.baseline or {}).get("path", "")))
+        props.append(("refreshed", record.judged_against.path if record.judged_against else ""))
     elif v is None:
-        case.add_error_info(message="no verdict: no point was judged (none measured, or no baseline)",
-                            error_type="no verdict")
+        case.add_error_info(
+            message="no verdict: no point was judged (none measured, or no baseline)", error_type="no verdict"
+        )
     else:
-        props += [("verdict", v["kind"]), ("passed", str(v["passed"]).lower()),
-                  ("provisional", str(v.get("provisional", False)).lower())]
-        inconclusive_fails = (v["kind"] == "inconclusive"
-                              and record.settings.get("inconclusive") == "fail")
-        if not v["passed"] or inconclusive_fails:
-            case.add_failure_info(message=f"verdict: {v['kind']}", output=verdict_text(record),
-                                  failure_type=v["kind"])
+        props += [
+            ("verdict", v.kind.value),
+            ("passed", str(v.passed).lower()),
+            ("provisional", str(v.provisional).lower()),
+        ]
+        if o is not None and o.failed:
+            case.add_failure_info(
+                message=f"verdict: {v.kind.value}", output=verdict_text(record), failure_type=v.kind.value
+            )
     return case
 
 

@@ -9,10 +9,15 @@ import os
 from pathlib import Path
 
 from perftests.record import RunRecord
-from perftests.reports.fields import views
 
-MARK = {"pass": "pass", "improved": "**improved**", "inconclusive": "**inconclusive**",
-        "fail": "**FAIL**", "measured": "measured", "error": "**ERROR**"}
+MARK = {
+    "pass": "pass",
+    "improved": "**improved**",
+    "inconclusive": "**inconclusive**",
+    "fail": "**FAIL**",
+    "measured": "measured",
+    "error": "**ERROR**",
+}
 
 
 def _f(x: float | None, fmt: str) -> str:
@@ -21,8 +26,9 @@ def _f(x: float | None, fmt: str) -> str:
 
 def artifact_link(name: str | None = None) -> str | None:
     """A link to this workflow run's artifacts, from the variables GitHub Actions sets."""
-    server, repo, run = (os.environ.get(k) for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY",
-                                                      "GITHUB_RUN_ID"))
+    server, repo, run = (
+        os.environ.get(k) for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY", "GITHUB_RUN_ID")
+    )
     if not (server and repo and run):
         return None
     label = name or os.environ.get("PERFTESTS_ARTIFACT") or "the run's artifacts"
@@ -30,43 +36,51 @@ def artifact_link(name: str | None = None) -> str | None:
 
 
 def section(record: RunRecord, *, plot: Path | None = None, record_path: Path | None = None) -> str:
-    v = record.verdict
-    if record.errors:
-        head = "RUN ERROR (not a regression)"
+    v, o = record.verdict, record.outcome
+    if o is not None and o.kind.value in ("run error", "machine"):
+        head = o.headline
     elif v:
-        head = ("✅ " if v["passed"] else "❌ ") + v["kind"].upper()
-        if v.get("provisional"):
+        head = ("❌ " if o is not None and o.failed else "✅ ") + v.kind.value.upper()
+        if v.provisional:
             head += " (provisional baseline)"
     elif record.refresh:
         head = "baseline refreshed"
+    elif o is not None:
+        head = o.headline
     else:
         head = "not judged"
     out = [f"### perftests `{record.name}` ({record.engine}): {head}", ""]
-    b = record.baseline or {}
-    if b.get("created"):
-        out.append(f"Against the baseline `{b.get('path')}` of {b['created'][:10]} "
-                   f"(tolerance −{float(b.get('tolerance', 0)):.0%}); commit "
-                   f"`{(record.commit or 'unknown')[:12]}`.")
+    b, ja = record.baseline, record.judged_against
+    if b is not None and ja is not None:
+        out.append(
+            f"Against the baseline `{ja.path}` of {b.created[:10]} ({b.launches} launch(es); "
+            f"tolerance −{ja.tolerance:.0%}); this run {len(record.launches)} launch(es); "
+            f"commit `{(record.commit or 'unknown')[:12]}`."
+        )
         out.append("")
-    out += ["| context | tok/s | 95% CI | baseline | ratio | ratio 95% CI | accept | status |",
-            "|---:|---:|---:|---:|---:|---:|---:|:---|"]
-    for pv in views(record):
-        p, c = pv.point, pv.comparison
-        s = p.tps() if p else None
-        a = p.acceptance_length() if p else None
-        ci = f"{s.ci_low:.1f}–{s.ci_high:.1f}" if s and s.n else "–"
+    out += [
+        "| context | tok/s | launches | baseline | ratio | ratio 95% CI | catches | accept | status |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|:---|",
+    ]
+    for r in record.results():
+        e, c = r.estimate, r.comparison
         rci = f"{c.ratio_low:.3f}–{c.ratio_high:.3f}" if c else "–"
-        acc = _f(a.median if a and a.n else None, ".2f")
+        acc = _f(e.acceptance if e else None, ".2f")
         if c and c.expected_acceptance is not None:
             acc += f" / {c.expected_acceptance:.2f}"
-        out.append(f"| {pv.context} | {_f(s.median if s and s.n else None, '.1f')} | {ci} | "
-                   f"{_f(c.expected if c else None, '.1f')} | {_f(c.ratio if c else None, '.3f')} | "
-                   f"{rci} | {acc} | {MARK.get(pv.status, pv.status)} |")
+        out.append(
+            f"| {r.context} | {_f(e.tps if e else None, '.1f')} | "
+            f"{e.launches if e else '–'} | {_f(c.expected if c else None, '.1f')} | "
+            f"{_f(c.ratio if c else None, '.3f')} | {rci} | "
+            f"{_f(-c.detectable_drop if c else None, '.1%')} | {acc} | "
+            f"{MARK.get(r.status, r.status)} |"
+        )
     out.append("")
     if v:
-        out.append("```")
-        out.append("\n".join([f"verdict: {v['kind'].upper()}", *v.get("explanation", [])]))
-        out.append("```")
+        out += ["```", v.explanation(), "```"]
+    mc = record.machine_check
+    if mc is not None and record.control:
+        out.append(f"- {mc.headline()}: " + "; ".join(mc.lines))
     for ctx, problem in sorted(record.problems.items()):
         out.append(f"- ctx={ctx}: {problem.splitlines()[0]}")
     for err in record.errors:

@@ -10,7 +10,7 @@ from pathlib import Path
 from perftests.compare import PointComparison
 from perftests.measure import Point
 from perftests.record import RunRecord
-from perftests.reports.fields import verdict_text, views
+from perftests.reports.fields import verdict_text
 
 WIDTH = 100
 
@@ -19,50 +19,81 @@ def _f(x: float | None, fmt: str) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
 
 
-def curve_table(points: list[Point]) -> str:
-    head = (f"{'context':>8} {'tok/s':>9} {'95% CI':>19} {'rCV':>6} {'n':>3} "
-            f"{'engine tok/s':>12} {'accept':>7} {'step ms':>8} {'span':>5} {'stream':>7}")
+def curve_table(record: RunRecord) -> str:
+    """Per context: the launch-level figure (geometric mean of the launches' medians), the
+    launches' range, the within-launch spread, and the engine's own figures."""
+    head = (
+        f"{'context':>8} {'tok/s':>9} {'launches':>8} {'launch range':>17} {'rCV':>6} "
+        f"{'n':>4} {'engine tok/s':>12} {'accept':>7} {'step ms':>8} {'span':>5} {'stream':>7}"
+    )
     lines = [head, "-" * len(head)]
     notes: list[str] = []
-    for p in sorted(points, key=lambda p: p.context):
-        s = p.tps()
-        e = p.engine_tps()
-        a = p.acceptance_length()
-        st = p.step_ms()
-        ci = f"[{_f(s.ci_low, '.1f')}, {_f(s.ci_high, '.1f')}]"
-        lines.append(
-            f"{p.context:>8} {_f(s.median, '.1f'):>9} {ci:>19} {_f(s.rcv, '.1%'):>6} {s.n:>3} "
-            f"{_f(e.median if e.n else None, '.1f'):>12} {_f(a.median if a.n else None, '.2f'):>7} "
-            f"{_f(st.median if st.n else None, '.2f'):>8} {p.long_tokens - p.short_tokens:>5} "
-            f"{_f(p.stream.decode_tps if p.stream else None, '.1f'):>7}")
-        if p.stream and p.stream.ttft_s is not None:
-            notes.append(f"ctx={p.context}: streamed: first token after {p.stream.ttft_s * 1000:.0f} ms, "
-                         f"{_f(p.stream.tokens_per_event, '.2f')} tokens per event")
-        if s.warning:
-            notes.append(f"ctx={p.context}: {s.warning}")
-        notes += [f"ctx={p.context}: {n}" for n in p.notes]
-        bad = [q for q in p.pairs if not q.valid]
-        if bad:
-            notes.append(f"ctx={p.context}: {len(bad)} invalid pair(s) discarded: "
-                         + "; ".join(sorted({q.invalid_reason or "" for q in bad})))
+    by_ctx: dict[int, list[Point]] = {}
+    for p in record.points:
+        by_ctx.setdefault(p.context, []).append(p)
+    ests = record.estimates()
+    for ctx, pts in sorted(by_ctx.items()):
+        e = ests.get(ctx)
+        span = max(p.long_tokens - p.short_tokens for p in pts)
+        if e is None:
+            lines.append(f"{ctx:>8} {'-':>9} {len(pts):>8} {'-':>17}")
+        else:
+            rng = f"{min(e.launch_tps):.1f}-{max(e.launch_tps):.1f}" if e.launches > 1 else "-"
+            stream = next((p.stream.decode_tps for p in pts if p.stream), None)
+            lines.append(
+                f"{ctx:>8} {e.tps:>9.1f} {e.launches:>8} {rng:>17} {_f(e.within_rcv, '.1%'):>6} "
+                f"{e.pairs:>4} {_f(e.engine_tps, '.1f'):>12} {_f(e.acceptance, '.2f'):>7} "
+                f"{_f(e.step_ms, '.2f'):>8} {span:>5} {_f(stream, '.1f'):>7}"
+            )
+        for p in pts:
+            tag = f"ctx={ctx}" + (f" launch {p.launch + 1}" if len(pts) > 1 else "")
+            if p.stream and p.stream.ttft_s is not None:
+                notes.append(
+                    f"{tag}: streamed: first token after {p.stream.ttft_s * 1000:.0f} ms, "
+                    f"{_f(p.stream.tokens_per_event, '.2f')} tokens per event"
+                )
+            s = p.tps()
+            if s.warning:
+                notes.append(f"{tag}: {s.warning}")
+            notes += [f"{tag}: {n}" for n in p.notes]
+            bad = [q for q in p.pairs if not q.valid]
+            if bad:
+                notes.append(
+                    f"{tag}: {len(bad)} invalid pair(s) discarded: "
+                    + "; ".join(sorted({q.invalid_reason or "" for q in bad}))
+                )
     return "\n".join(lines + ([""] + notes if notes else []))
 
 
 def comparison_table(comparisons: list[PointComparison]) -> str:
-    head = (f"{'context':>8} {'tok/s':>9} {'baseline':>9} {'ratio':>7} {'95% CI':>15} "
-            f"{'catches':>8} {'accept':>11} {'status':>13}")
+    head = (
+        f"{'context':>8} {'tok/s':>9} {'baseline':>9} {'ratio':>7} {'95% CI':>15} "
+        f"{'catches':>8} {'k/K':>5} {'noise':>7} {'accept':>11} {'status':>12}"
+    )
     lines = [head, "-" * len(head)]
     for c in sorted(comparisons, key=lambda c: c.context):
         base = f"{c.expected:.1f}" + ("*" if c.source == "model" else "")
         acc = "-"
         if c.measured_acceptance is not None:
             acc = f"{c.measured_acceptance:.2f}/{_f(c.expected_acceptance, '.2f')}"
-        lines.append(f"{c.context:>8} {c.measured:>9.1f} {base:>9} {c.ratio:>7.3f} "
-                     f"{f'[{c.ratio_low:.3f},{c.ratio_high:.3f}]':>15} {f'-{c.detectable_drop:.1%}':>8} "
-                     f"{acc:>11} {c.status.upper():>13}")
+        lines.append(
+            f"{c.context:>8} {c.measured:>9.1f} {base:>9} {c.ratio:>7.3f} "
+            f"{f'[{c.ratio_low:.3f},{c.ratio_high:.3f}]':>15} {f'-{c.detectable_drop:.1%}':>8} "
+            f"{f'{c.launches}/{c.baseline_launches}':>5} "
+            f"{f'{c.noise_sd:.1%}' + ('' if c.noise_source == 'launches' else '~'):>7} "
+            f"{acc:>11} {c.status.upper():>12}"
+        )
     if any(c.source == "model" for c in comparisons):
         lines.append("* predicted by the baseline's fitted model: the baseline never measured this context")
-    lines.append("catches: the smallest drop that fails at this point (tolerance or noise, the larger)")
+    lines.append(
+        "catches: the smallest drop that fails at this point (tolerance or noise, the larger);"
+        " k/K: launches of this run / of the baseline; noise: between-launch sd"
+        + (
+            " (~ assumed from the profile, not measured)"
+            if any(c.noise_source != "launches" for c in comparisons)
+            else ""
+        )
+    )
     return "\n".join(lines)
 
 
@@ -85,30 +116,50 @@ def summary(record: RunRecord, *, baseline_label: str | None = None) -> list[Lin
     if record.target and record.target != record.profile:
         out.append(("", f"profile {record.profile}, service {record.service_url}"))
     if record.points:
-        for line in curve_table(record.points).splitlines():
+        for line in curve_table(record).splitlines():
             out += [("", w) for w in (wrap(line) if len(line) > WIDTH else [line])]
     for ctx, problem in sorted(record.problems.items()):
         out += [("bad", line) for line in wrap(f"ctx={ctx}: {problem}")]
     for w in record.warnings:
         out += [("warn", line) for line in wrap(f"WARNING: {w}")]
-    judged = [v.comparison for v in views(record) if v.comparison is not None]
-    if judged:
-        b = record.baseline or {}
-        tag = " PROVISIONAL" if b.get("provisional") else ""
-        label = baseline_label or _rel(b.get("path", "?"))
+    mc = record.machine_check
+    if mc is not None and record.control:
+        style = "" if mc.ok else "bad"
+        out.append((style, f"{mc.headline()} ({len(record.control)} readings)"))
+        out += [(style, line) for x in mc.lines for line in wrap(f"  {x}")]
+    judged = record.comparisons
+    ja = record.judged_against
+    if judged and ja is not None:
+        tag = " PROVISIONAL" if record.baseline and record.baseline.provisional else ""
+        label = baseline_label or _rel(ja.path)
         out.append(("-", f"against{tag} baseline {label}"))
-        out += [("", line) for line in comparison_table(judged).splitlines()]
-    if record.verdict:
-        passed = bool(record.verdict.get("passed"))
-        out.append(("", ""))
-        for i, line in enumerate(verdict_text(record).splitlines()):
-            style = ("good" if passed else "bad") if i == 0 else ""
-            out += [(style, w) for w in wrap(line)]
+        for line in comparison_table(judged).splitlines():
+            out += [("", w) for w in (wrap(line) if len(line) > WIDTH else [line])]
+    o = record.outcome
+    if o is not None and o.kind.value not in ("run error", "machine"):
+        if record.verdict is not None:
+            out.append(("", ""))
+            for i, line in enumerate(verdict_text(record).splitlines()):
+                style = ("bad" if o.failed else "good") if i == 0 else ""
+                out += [(style, w) for w in wrap(line)]
+        elif o.kind.value == "invalid measurement":
+            out.append(("", ""))
+            out.append(("bad", o.headline))
     for err in record.errors:
         out.append(("", ""))
         out += [("bad", line) for line in wrap(f"RUN ERROR (not a regression): {err}")]
-    if record.refresh:
-        out.append(("-", f"baseline written: {_rel((record.baseline or {}).get('path', '?'))}"))
+    if o is not None and o.kind.value == "machine":
+        out.append(("", ""))
+        out += [("bad", line) for x in (o.headline, *o.lines) for line in wrap(x)]
+        out.append(
+            (
+                "",
+                "the figures above were measured but not judged: re-run on a quiet machine,"
+                " or refresh the baseline on this one (--update-baselines --reason ...)",
+            )
+        )
+    if record.refresh and ja is not None:
+        out.append(("-", f"baseline written: {_rel(ja.path)}"))
         out += [("", line) for line in record.refresh.splitlines()]
     return out
 

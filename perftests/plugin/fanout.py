@@ -11,7 +11,7 @@ cache), so ownership is enforced here rather than left to the user's --dist choi
   one by one, as `load` does;
 - `--dist each` (every test on every worker) is refused when the run contains gate tests;
 - each worker sends its records back at the end (xdist's workeroutput), and the controller
-  merges them into one report (plugin.pytest_sessionfinish).
+  merges them into one report (the plugin's pytest_sessionfinish).
 
 Registered by the plugin only when xdist is installed, since these hooks exist only with it."""
 
@@ -25,6 +25,8 @@ from xdist.scheduler import LoadScopeScheduling
 
 from perftests.record import RunRecord
 
+from .targets import MERGED, local_records, targets
+
 _CTX = re.compile(r"ctx=\d+")
 
 
@@ -33,11 +35,11 @@ def owner(nodeid: str, target_names: list[str]) -> str | None:
     tail = nodeid.rsplit("::", 1)[-1]
     if not tail.endswith("]") or "[" not in tail:
         return None
-    params = tail[tail.index("[") + 1:-1]
+    params = tail[tail.index("[") + 1 : -1]
     for name in target_names:
         if params == name:
             return name
-        if params.startswith(f"{name}-") and _CTX.fullmatch(params[len(name) + 1:]):
+        if params.startswith(f"{name}-") and _CTX.fullmatch(params[len(name) + 1 :]):
             return name
     if len(target_names) == 1 and _CTX.fullmatch(params):
         return target_names[0]
@@ -57,9 +59,11 @@ class ServiceScheduling(LoadScopeScheduling):
         return f"perftests-service:{name}" if name is not None else nodeid
 
 
-EACH_REFUSED = ("--dist each runs every test on every worker: every service would be measured by "
-                "several workers at once, corrupting the figures. Use -n N with the default "
-                "distribution; perftests gives each service to one worker.")
+EACH_REFUSED = (
+    "--dist each runs every test on every worker: every service would be measured by "
+    "several workers at once, corrupting the figures. Use -n N with the default "
+    "distribution; perftests gives each service to one worker."
+)
 
 
 class FanOut:
@@ -67,9 +71,13 @@ class FanOut:
         self.config = config
         # Refused up front when the gate is plainly asked for; otherwise the workers refuse it
         # at collection (xdist then reports their refusal as an internal error, but nothing runs).
-        asked = (config.getoption("perf_hw") or config.getoption("perf_service_url")
-                 or any(str(a).rstrip("/").split("::")[0].endswith(("perftests", "test_gate.py"))
-                        for a in config.args))
+        asked = (
+            config.getoption("perf_hw")
+            or config.getoption("perf_service_url")
+            or any(
+                str(a).rstrip("/").split("::")[0].endswith(("perftests", "test_gate.py")) for a in config.args
+            )
+        )
         if config.getvalue("dist") == "each" and asked:
             raise pytest.UsageError(EACH_REFUSED)
 
@@ -79,8 +87,6 @@ class FanOut:
         # load / worksteal / loadgroup would spread one service's points over workers. loadscope
         # and loadfile already keep the gate's module on one worker, so they are left alone.
         if config.getvalue("dist") in ("load", "worksteal", "loadgroup"):
-            from perftests.plugin import targets
-
             return ServiceScheduling(config, log, [t.name for t in targets(config)])
         return None
 
@@ -88,8 +94,6 @@ class FanOut:
         node.workerinput["perftests_dist"] = self.config.getvalue("dist")
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        from perftests.plugin import MERGED
-
         records = (getattr(node, "workeroutput", None) or {}).get("perftests_records") or []
         self.config.stash.setdefault(MERGED, []).extend(RunRecord.from_dict(r) for r in records)
 
@@ -99,12 +103,11 @@ class FanOut:
             return
         if config.workerinput.get("perftests_dist") != "each":
             return
-        if any("perf_target" in getattr(i, "fixturenames", ()) for i in items):
+        if any("perf_run" in getattr(i, "fixturenames", ()) for i in items):
             raise pytest.UsageError(EACH_REFUSED)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         config = session.config
         if hasattr(config, "workerinput"):
-            from perftests.plugin import local_records
-
-            config.workeroutput["perftests_records"] = [r.to_dict() for r in local_records(config)]
+            out = config.workeroutput  # type: ignore[attr-defined]  # set by xdist on workers
+            out["perftests_records"] = [r.to_dict() for r in local_records(config)]

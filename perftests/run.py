@@ -1,0 +1,311 @@
+"""A gate run, assembled in one place for the pytest plugin, `perftests sweep` and the scripts:
+launches the service K times (each launch one sample, the machine control before and after it),
+measures every context on each, judges the estimates (a pure function, compare.py), settles
+inconclusive points with further launches within a budget, and concludes with one outcome."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from perftests import baseline as bl
+from perftests import control
+from perftests.compare import PointComparison, compare_point
+from perftests.config import RunConfig
+from perftests.control import MachineCheck, Reading
+from perftests.errors import ConfigError, ServiceError
+from perftests.estimate import Estimate, estimates
+from perftests.machine import fingerprint
+from perftests.measure import MeasurementError, Point
+from perftests.outcome import Outcome, conclude
+from perftests.record import JudgedAgainst, LaunchInfo, RunRecord, git_commit
+from perftests.service import public_url
+from perftests.session import PerfSession
+from perftests.verdict import CurveVerdict, classify
+
+Say = Callable[[str], None]
+ROUND_GAP_S = 5.0  # attached: pause between rounds, so they see the service at different times
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+class GateRun:
+    def __init__(
+        self,
+        config: RunConfig,
+        *,
+        progress: Say | None = None,
+        detail: Say | None = None,
+        warn: Say | None = None,
+    ) -> None:
+        self.config = config
+        self.progress = progress or _quiet
+        self.detail = detail
+        self.warn = warn or _quiet
+        self.points: list[Point] = []
+        self.launches: list[LaunchInfo] = []
+        self.readings: list[Reading] = []
+        self.problems: dict[int, str] = {}
+        self.errors: list[str] = []
+        self.warnings: list[str] = []
+        self.comparisons: dict[int, PointComparison] = {}
+        self.verdict: CurveVerdict | None = None
+        self.machine_check: MachineCheck | None = None
+        self.outcome: Outcome | None = None
+        self.refresh_table: str | None = None
+        self._provisional: bl.Baseline | None = None
+        self._attached: PerfSession | None = None  # attach mode: one service, several rounds
+        self.server: dict[str, object] = {}
+        self.url = ""
+        for w in config.warnings:
+            self._note(w)
+        if config.attached and config.launches > 1:
+            self._note(
+                f"attached to a running service: its {config.launches} 'launches' are "
+                f"rounds {ROUND_GAP_S:.0f} s apart on one service life; they cannot show "
+                f"between-launch noise, so the interval takes it from the baseline"
+            )
+
+    # -- state -------------------------------------------------------------------------------
+    @property
+    def executed(self) -> bool:
+        return self.outcome is not None
+
+    @property
+    def baseline(self) -> bl.Baseline | None:
+        """What the run is judged against: the stored file, or the provisional curve."""
+        return self.config.baseline or self._provisional
+
+    def estimates(self) -> dict[int, Estimate]:
+        return estimates(self.points, rounds=self.config.attached)
+
+    def _note(self, msg: str) -> None:
+        if msg not in self.warnings:
+            self.warnings.append(msg)
+            self.warn(msg)
+
+    # -- the campaign ------------------------------------------------------------------------
+    def execute(self) -> Outcome:
+        """Measure, judge, settle, conclude; idempotent. Never raises for a failing service or
+        machine: those become the outcome (an error of the run)."""
+        if self.outcome is not None:
+            return self.outcome
+        cfg = self.config
+        try:
+            for _ in range(cfg.launches):
+                if not self._launch(cfg.settings.contexts):
+                    break
+            extra = 0
+            while not cfg.update and not self.errors and self._machine_ok():
+                self.judge()
+                pending = [c for c, cmp in sorted(self.comparisons.items()) if cmp.status == "inconclusive"]
+                if not pending or extra >= cfg.reruns:
+                    break
+                extra += 1
+                self.progress(
+                    f"inconclusive at ctx={', '.join(map(str, pending))}: another "
+                    f"{'round' if cfg.attached else 'launch'} ({extra} of {cfg.reruns})"
+                )
+                if not self._launch(tuple(pending)):
+                    break
+        except ServiceError as e:
+            self.errors.append(str(e))
+        finally:
+            if self._attached is not None:
+                self._attached.close()
+                self._attached = None
+        return self.conclude()
+
+    def _launch(self, contexts: tuple[int, ...]) -> bool:
+        """One launch (attached: one round) measuring `contexts`. False when the machine was
+        busy before it started: further launches would only measure the competition."""
+        cfg = self.config
+        i = len(self.launches)
+        if cfg.control:
+            before = control.measure("before", i)
+            self.readings.append(before)
+            if control.check(None, [before], tolerance=cfg.machine_tolerance).status == "busy":
+                self.progress(f"machine busy before launch {i + 1}: not launching")
+                return False
+        if cfg.attached and i > 0:
+            time.sleep(ROUND_GAP_S)
+        sess = self._attached or PerfSession(
+            profile=cfg.profile,
+            settings=cfg.settings,
+            service_url=cfg.service_url,
+            api_key_env=cfg.api_key_env,
+            log_dir=cfg.log_dir,
+            progress=self.progress,
+            detail=self.detail,
+        )
+        sess.launch = i
+        if cfg.launches > 1 or i > 0:
+            self.progress(
+                f"{'round' if cfg.attached else 'launch'} {i + 1}: ctx={', '.join(map(str, contexts))}"
+            )
+        info = LaunchInfo(i, "", not cfg.attached, contexts=contexts)
+        try:
+            sess.open()
+            self.server, self.url = self.server or sess.server, sess.url
+            info = LaunchInfo(i, public_url(sess.url), sess.launched, sess.startup_s, contexts)
+            for ctx in contexts:
+                try:
+                    self.points.append(sess.measure(ctx))
+                except MeasurementError as e:
+                    self.problems[ctx] = f"invalid measurement: {e}"
+                    self.progress(f"ctx={ctx}: invalid measurement: {e}")
+        except ServiceError as e:
+            info = LaunchInfo(i, info.url, info.launched, info.startup_s, contexts, str(e))
+            raise
+        finally:
+            self.launches.append(info)
+            if cfg.attached:
+                self._attached = sess
+            else:
+                sess.close()
+            if cfg.control:
+                self.readings.append(control.measure("after", i))
+        return True
+
+    # -- judging (pure over what was measured) -------------------------------------------------
+    def judge(self) -> dict[int, PointComparison]:
+        """Compare every measured context with the baseline; no measuring happens here."""
+        ests = {c: e for c, e in self.estimates().items() if c not in self.problems}
+        base = self._baseline_for(ests)
+        if base is None:
+            return {}
+        cfg = self.config
+        out = {}
+        for ctx, est in ests.items():
+            if base.point(ctx) is None:
+                self._note(
+                    f"ctx={ctx} is not a baseline point ({', '.join(map(str, base.contexts))}):"
+                    f" compared with the fitted model's prediction"
+                )
+            c = compare_point(
+                base,
+                est,
+                cfg.tolerance,
+                launch_noise_prior=cfg.launch_noise,
+                family=len(cfg.settings.contexts),
+            )
+            out[ctx] = c
+            if self.comparisons.get(ctx) != c:
+                self.progress(
+                    f"ctx={ctx}: ratio {c.ratio:.3f} to baseline {c.expected:.1f} "
+                    f"[{c.ratio_low:.3f}, {c.ratio_high:.3f}] over {c.launches} "
+                    f"launch(es) {c.status.upper()}"
+                )
+        self.comparisons = out
+        return out
+
+    def _baseline_for(self, ests: dict[int, Estimate]) -> bl.Baseline | None:
+        cfg = self.config
+        if cfg.baseline is not None or cfg.update:
+            return cfg.baseline if not cfg.update else None
+        if self._provisional is None and cfg.provisional_source is not None and ests:
+            anchor = ests[min(ests)]
+            self._provisional = bl.provisional_from(
+                cfg.provisional_source, cfg.profile.name, anchor.context, anchor.tps
+            )
+            self._note(f"PROVISIONAL baseline: {self._provisional.reason}")
+        return self._provisional
+
+    def _machine_ok(self) -> bool:
+        stored = (
+            None if self.config.update else (self.config.baseline.control if self.config.baseline else None)
+        )
+        return control.check(stored, self.readings, tolerance=self.config.machine_tolerance).ok
+
+    # -- concluding --------------------------------------------------------------------------
+    def conclude(self) -> Outcome:
+        cfg = self.config
+        if cfg.control:
+            stored = None if cfg.update else (cfg.baseline.control if cfg.baseline else None)
+            mc = control.check(stored, self.readings, tolerance=cfg.machine_tolerance)
+            if cfg.update and mc.status == "unchecked":
+                mc = MachineCheck("ok", ("refresh: this run's control readings become the baseline's",))
+            self.machine_check = mc
+            if mc.status == "unchecked":
+                self._note(mc.lines[0])
+        machine_ok = self.machine_check is None or self.machine_check.ok
+        if not cfg.update and not self.errors and machine_ok and self.baseline is not None:
+            self.judge()
+            if self.comparisons and self.baseline is not None:
+                self.verdict = classify(list(self.comparisons.values()), self.baseline)
+        refreshed = False
+        if cfg.update and not self.errors and machine_ok and not self.problems:
+            try:
+                self.refresh()
+                refreshed = True
+            except ConfigError as e:
+                self.errors.append(f"baseline not written: {e}")
+        self.outcome = conclude(
+            policy=cfg.policy,
+            errors=self.errors,
+            machine=self.machine_check,
+            problems=self.problems,
+            comparisons=self.comparisons,
+            verdict=self.verdict,
+            refreshed=refreshed,
+        )
+        return self.outcome
+
+    def refresh(self) -> str:
+        """Write the new baseline from this run's launches; returns the old-vs-new table."""
+        cfg = self.config
+        missing = [c for c in cfg.settings.contexts if c not in self.estimates()]
+        if missing:
+            raise ConfigError(
+                f"refusing to refresh {cfg.baseline_path}: no valid measurement at "
+                f"ctx={', '.join(map(str, missing))}"
+            )
+        old = None
+        try:
+            old = bl.load(cfg.baseline_path)
+        except FileNotFoundError:
+            pass
+        new = bl.from_record(self.record(), reason=cfg.reason or "", previous=old)
+        bl.save(new, cfg.baseline_path)
+        self.refresh_table = bl.diff_table(old, new)
+        return self.refresh_table
+
+    # -- the record ----------------------------------------------------------------------------
+    def record(self) -> RunRecord:
+        cfg = self.config
+        launch = cfg.profile.service.launch
+        settings = {
+            **cfg.settings.to_dict(),
+            "launches": cfg.launches,
+            "reruns": cfg.reruns,
+            "tolerance": cfg.tolerance,
+            "inconclusive": cfg.policy.inconclusive,
+            "launch_noise": cfg.launch_noise,
+            "update": cfg.update,
+            "launch_argv": list(launch.argv) if launch and not cfg.attached else None,
+        }
+        return RunRecord(
+            profile=cfg.profile.name,
+            engine=cfg.profile.service.engine,
+            service_url=public_url(self.url or cfg.service_url or cfg.profile.service.url or ""),
+            launched=not cfg.attached,
+            server=dict(self.server),
+            machine=fingerprint(),
+            settings=settings,
+            points=list(self.points),
+            errors=list(self.errors),
+            commit=git_commit(),
+            target=cfg.target or cfg.profile.name,
+            launches=list(self.launches),
+            control=list(self.readings),
+            judged_against=JudgedAgainst(str(cfg.baseline_path), cfg.tolerance, self.baseline),
+            comparisons=[c for _, c in sorted(self.comparisons.items())],
+            verdict=self.verdict,
+            machine_check=self.machine_check,
+            outcome=self.outcome,
+            warnings=list(self.warnings),
+            problems=dict(self.problems),
+            refresh=self.refresh_table,
+        )

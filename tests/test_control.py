@@ -1,0 +1,103 @@
+"""The machine control: the check's rules on constructed readings, and the real workload on this
+machine, quiet and with a CPU-bound process competing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from perftests import control
+from perftests.control import ControlRange, GpuState, Reading, check
+
+REF = ControlRange({"cpu_gflops": (40.0, 44.0, 42.0), "mem_gbs": (10.0, 11.0, 10.5)})
+
+
+def r(
+    when: str = "before",
+    launch: int = 0,
+    gflops: float = 42.0,
+    mem: float = 10.5,
+    foreign: float = 0.0,
+    rcv: float = 0.02,
+    gpus: tuple[GpuState, ...] = (),
+) -> Reading:
+    return Reading(
+        when, launch, 0.4, cpu_gflops=gflops, cpu_rcv=rcv, mem_gbs=mem, foreign_cpu=foreign, gpus=gpus
+    )
+
+
+def test_same_machine_quiet_is_ok():
+    mc = check(REF, [r(), r("after", gflops=41.0)], tolerance=0.15)
+    assert mc.status == "ok" and mc.ok
+    assert mc.ratios["cpu_gflops"] == pytest.approx(41.5 / 42.0)
+
+
+def test_slower_machine_differs_with_numbers():
+    mc = check(REF, [r(gflops=28.0), r("after", gflops=28.5)], tolerance=0.15)
+    assert mc.status == "differs" and not mc.ok
+    assert any("OUTSIDE" in line and "28.2 now" in line for line in mc.lines)
+
+
+@pytest.mark.parametrize(
+    "reading, needle",
+    [
+        (r(foreign=0.6), "other processes took 60%"),
+        (r(rcv=0.4), "repetitions spread 40%"),
+        (r(gpus=(GpuState(0, "H200", processes=2),)), "2 other process(es) on the GPUs"),
+    ],
+)
+def test_busy_is_named_whatever_the_baseline(reading, needle):
+    for stored in (REF, None):
+        mc = check(stored, [reading], tolerance=0.15)
+        assert mc.status == "busy" and any(needle in line for line in mc.lines)
+
+
+def test_a_control_that_moved_during_a_launch_is_busy():
+    mc = check(REF, [r(gflops=42.0), r("after", gflops=25.0)], tolerance=0.15)
+    assert mc.status == "busy" and "42.0 before, 25.0 after" in mc.lines[0]
+
+
+def test_gpu_power_limit_change_differs():
+    ref = ControlRange({}, ({"name": "H200", "power_limit_w": 700.0, "max_sm_clock_mhz": 1980.0},))
+    g = GpuState(0, "H200", power_limit_w=500.0, max_sm_clock_mhz=1980.0)
+    mc = check(ref, [r(gpus=(g,))], tolerance=0.15)
+    assert mc.status == "differs" and "power_limit_w 500 now, baseline 700" in " ".join(mc.lines)
+
+
+def test_old_baseline_without_control_is_unchecked_and_says_so():
+    mc = check(None, [r()], tolerance=0.15)
+    assert mc.status == "unchecked" and mc.ok and "refresh it" in mc.lines[0]
+
+
+def test_range_round_trips_and_rejects_garbage():
+    back = ControlRange.from_dict(REF.to_dict())
+    assert back.values == REF.values
+    with pytest.raises(ValueError, match="values.cpu_gflops"):
+        ControlRange.from_dict({"values": {"cpu_gflops": [0]}})
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="foreign CPU share needs /proc/stat")
+def test_the_real_workload_sees_a_competing_process():
+    """Both readings are real. Quiet first (retried: a CI neighbour may be finishing), then with
+    one CPU-bound process per core competing: the share of CPU time others took must show it."""
+    quiet = None
+    for _ in range(5):
+        quiet = control.measure("before", 0)
+        if (quiet.foreign_cpu or 0) < control.BUSY_SHARE:
+            break
+        time.sleep(2)
+    assert quiet is not None and quiet.cpu_gflops and quiet.mem_gbs and quiet.wall_s < 5
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    try:
+        time.sleep(0.5)
+        busy = control.measure("before", 0)
+    finally:
+        for h in hogs:
+            h.kill()
+    assert busy.foreign_cpu is not None and busy.foreign_cpu > control.BUSY_SHARE, busy
+    assert check(None, [busy], tolerance=0.15).status == "busy"
+    assert busy.cpu_gflops < quiet.cpu_gflops  # and the workload itself slowed

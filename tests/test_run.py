@@ -1,0 +1,213 @@
+"""GateRun without a service: configuration checked before anything is launched, judging as a
+pure function of what was measured, the outcome's policies, and the record's typed round trip.
+(The measuring loop itself runs against the real server in test_gate_e2e.py and test_cli.py.)"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from perftests import baseline as bl
+from perftests.config import resolve
+from perftests.control import ControlRange, Reading
+from perftests.engines.base import RequestResult
+from perftests.errors import ConfigError
+from perftests.measure import Pair, Point
+from perftests.outcome import OutcomeKind
+from perftests.record import RunRecord
+from perftests.reports import junit
+from perftests.run import GateRun
+from tests.test_verdict import make_baseline
+
+CURVE = {64: 900.0, 512: 800.0, 2048: 500.0}
+
+
+def profile_dir(
+    tmp_path: Path, *, inconclusive: str = "pass", fingerprint: str = "warn", engine: str = "llamacpp"
+) -> Path:
+    d = tmp_path / "profiles"
+    d.mkdir(exist_ok=True)
+    (d / "unit.yaml").write_text(
+        f"name: unit\nengine: {engine}\nservice:\n  url: http://127.0.0.1:9\n"
+        f"sweep:\n  contexts: [64, 512, 2048]\n"
+        f"defaults:\n  tolerance: 0.10\n  reruns: 0\n  launch_noise: 0.03\n"
+        f"  inconclusive: {inconclusive}\n  fingerprint_mismatch: {fingerprint}\n"
+    )
+    return d
+
+
+def stored_baseline(
+    tmp_path: Path,
+    *,
+    machine: dict | None = None,
+    launch_sd: float | None = 0.02,
+    control: ControlRange | None = None,
+) -> Path:
+    b = make_baseline(CURVE, launch_sd=launch_sd, name="unit")
+    b.provenance = {"machine": machine} if machine else {}
+    b.control = control
+    path = tmp_path / "unit.yaml"
+    bl.save(b, path)
+    return path
+
+
+def point(ctx: int, tps: float, launch: int = 0, n: int = 5) -> Point:
+    p = Point(ctx, 8, 264, "warm", launch=launch)
+    for i in range(n):
+        t = 256 / (tps * (1 + 0.002 * (i - n // 2)))
+        p.pairs.append(
+            Pair(
+                ctx,
+                i,
+                RequestResult("x", 8, 0.05, 0, ctx, 8, ctx - 1, "length"),
+                RequestResult("x", 264, 0.05 + t, 0, ctx, 264, ctx - 1, "length"),
+                "warm",
+            )
+        )
+    return p
+
+
+def make_run(tmp_path: Path, values: dict | None = None, **kw) -> GateRun:
+    d = profile_dir(tmp_path, **kw)
+    path = tmp_path / "unit.yaml"
+    if not path.exists():
+        stored_baseline(tmp_path)
+    cfg = resolve({"hw": "unit", "profile_dir": [str(d)], "baseline": str(path), **(values or {})}, tmp_path)
+    return GateRun(dataclasses.replace(cfg, control=False))
+
+
+def test_judging_is_pure_and_names_a_uniform_drop(tmp_path):
+    run = make_run(tmp_path)
+    run.points = [point(c, t * 0.8) for c, t in CURVE.items()]
+    first = run.judge()
+    assert run.judge() == first  # judging again measures nothing and changes nothing
+    assert len(run.points) == 3
+    assert all(c.status == "fail" for c in first.values())
+    outcome = run.conclude()
+    assert outcome.kind is OutcomeKind.REGRESSION and outcome.exit_code == 1
+    assert outcome.failing_contexts == (64, 512, 2048)
+    assert run.verdict is not None and run.verdict.kind.value == "uniform regression"
+
+
+def test_unchanged_figures_pass(tmp_path):
+    run = make_run(tmp_path)
+    run.points = [point(c, t * 1.01) for c, t in CURVE.items()]
+    o = run.conclude()
+    assert o.kind is OutcomeKind.PASS and o.exit_code == 0 and not o.failed
+
+
+@pytest.mark.parametrize("policy, failed, code", [("pass", False, 0), ("fail", True, 1)])
+def test_inconclusive_policy_is_applied_once_for_tests_exit_and_junit(tmp_path, policy, failed, code):
+    # A 15% drop against a one-launch baseline with 10% launch noise: beyond tolerance, not
+    # significant.
+    stored_baseline(tmp_path, launch_sd=None)
+    run = make_run(tmp_path, {"tolerance": 0.1}, inconclusive=policy)
+    run.config = dataclasses.replace(run.config, launch_noise=0.10)
+    run.points = [point(64, 900 * 0.85), point(512, 800.0), point(2048, 500.0)]
+    o = run.conclude()
+    assert run.comparisons[64].status == "inconclusive"
+    assert o.kind is OutcomeKind.INCONCLUSIVE and o.failed is failed and o.exit_code == code
+    assert (64 in o.failing_contexts) is failed
+    rec = RunRecord.from_dict(json.loads(json.dumps(run.record().to_dict())))
+    xml = junit.to_string([rec])
+    assert ("<failure" in xml) is failed  # the JUnit writer reads the same decision
+
+
+def test_machine_that_differs_is_an_error_of_the_run_not_a_regression(tmp_path):
+    ctl = ControlRange({"cpu_gflops": (40.0, 42.0, 41.0)})
+    stored_baseline(tmp_path, control=ctl)
+    run = make_run(tmp_path)
+    run.config = dataclasses.replace(run.config, control=True)
+    run.readings = [
+        Reading("before", 0, 0.3, cpu_gflops=25.0, cpu_rcv=0.01, foreign_cpu=0.0),
+        Reading("after", 0, 0.3, cpu_gflops=25.5, cpu_rcv=0.01, foreign_cpu=0.0),
+    ]
+    run.points = [point(c, t * 0.6) for c, t in CURVE.items()]  # a 40% "drop"
+    o = run.conclude()
+    assert o.kind is OutcomeKind.MACHINE and o.exit_code == 3
+    assert "DIFFERS" in o.headline and run.verdict is None
+    assert any("CPU matmul GFLOP/s: 25.2 now" in line for line in o.lines)
+
+
+def test_truncated_baseline_is_refused_before_launch_naming_the_file(tmp_path):
+    path = stored_baseline(tmp_path)
+    path.write_text(path.read_text()[: len(path.read_text()) // 3])
+    d = profile_dir(tmp_path)
+    with pytest.raises(ConfigError, match=str(path)):
+        resolve({"hw": "unit", "profile_dir": [str(d)], "baseline": str(path)}, tmp_path)
+
+
+def test_missing_baseline_is_refused_before_launch_with_the_refresh_command(tmp_path):
+    d = profile_dir(tmp_path)
+    with pytest.raises(ConfigError, match="--update-baselines --reason"):
+        resolve({"hw": "unit", "profile_dir": [str(d)], "baseline": str(tmp_path / "no.yaml")}, tmp_path)
+    # a sweep may measure without one
+    cfg = resolve({"hw": "unit", "profile_dir": [str(d)]}, tmp_path, mode="sweep")
+    assert cfg.baseline is None
+
+
+def test_fingerprint_fail_policy_is_refused_in_every_front_end(tmp_path):
+    stored_baseline(tmp_path, machine={"cpu_model": "Other CPU", "cpu_count": 512, "gpus": []})
+    d = profile_dir(tmp_path, fingerprint="fail")
+    for mode in ("gate", "sweep"):
+        with pytest.raises(ConfigError, match="fingerprint_mismatch: fail"):
+            resolve(
+                {"hw": "unit", "profile_dir": [str(d)], "baseline": str(tmp_path / "unit.yaml")},
+                tmp_path,
+                mode=mode,
+            )
+
+
+def test_cold_cache_on_an_adapter_that_cannot_verify_it_is_refused(tmp_path):
+    d = profile_dir(tmp_path, engine="openai")
+    stored_baseline(tmp_path)
+    with pytest.raises(ConfigError, match="openai.*cold|cold.*openai"):
+        resolve(
+            {
+                "hw": "unit",
+                "profile_dir": [str(d)],
+                "baseline": str(tmp_path / "unit.yaml"),
+                "cache_mode": "cold",
+            },
+            tmp_path,
+        )
+
+
+def test_bad_option_values_name_the_flag(tmp_path):
+    d = profile_dir(tmp_path)
+    stored_baseline(tmp_path)
+    base = {"hw": "unit", "profile_dir": [str(d)], "baseline": str(tmp_path / "unit.yaml")}
+    for key, value, flag in [
+        ("tolerance", 1.5, "--perf-tolerance"),
+        ("launches", 0, "--perf-launches"),
+        ("repeats", 0, "--perf-repeats"),
+        ("contexts", "64,x", "--perf-contexts"),
+    ]:
+        with pytest.raises(ConfigError, match=flag):
+            resolve({**base, key: value}, tmp_path)
+    with pytest.raises(ConfigError, match="--reason"):
+        resolve({**base, "update_baselines": True}, tmp_path)
+
+
+def test_launches_pool_into_one_estimate_and_the_record_round_trips(tmp_path):
+    run = make_run(tmp_path)
+    run.points = [
+        point(c, t * f, launch=i) for i, f in enumerate((0.98, 1.02, 1.0)) for c, t in CURVE.items()
+    ]
+    run.conclude()
+    c = run.comparisons[512]
+    assert c.launches == 3 and c.noise_source == "launches"
+    rec = run.record()
+    back = RunRecord.from_dict(json.loads(json.dumps(rec.to_dict())))
+    assert back.comparisons == rec.comparisons
+    assert back.outcome == rec.outcome
+    assert back.verdict is not None and back.verdict.kind == rec.verdict.kind
+    assert (
+        back.baseline is not None
+        and back.baseline.point(512).launch_tps == rec.baseline.point(512).launch_tps
+    )
+    est = back.estimates()[512]
+    assert est.launches == 3 and est.launch_tps == pytest.approx((784.0, 816.0, 800.0), rel=0.01)
