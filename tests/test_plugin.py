@@ -242,3 +242,70 @@ def test_invalid_measurement_fails_with_its_reason(pytester):
     out = result.stdout.str()
     assert "invalid measurement" in out
     assert "long request returned 100 tokens, asked 264" in out
+
+
+def test_sweep_and_the_pytest_gate_reach_the_same_outcome(pytester):
+    """One GateRun behind both front ends: the same profile, baseline and policies give the same
+    outcome and exit status (here a uniform regression: every verify step 50% slower)."""
+    import subprocess
+    import sys
+
+    base = standin_baseline(pytester.path / "b.yaml")
+    with SGLangStandIn(accept_length=4.0, step_ms=2.0) as sg:
+        sglang_profile(pytester.path, sg.url)
+        # the baseline: from the service as it is
+        made = pytester.runpytest_subprocess(
+            GATE,
+            "--hw",
+            "standin",
+            "--perf-profile-dir",
+            str(pytester.path),
+            "-p",
+            "no:cacheprovider",
+            "--perf-baseline",
+            str(base),
+            "--update-baselines",
+            "--reason",
+            "x",
+        )
+        made.assert_outcomes(passed=3)
+    with SGLangStandIn(accept_length=4.0, step_ms=3.0) as slow:
+        sglang_profile(pytester.path, slow.url)
+        gate = pytester.runpytest_subprocess(
+            GATE,
+            "--hw",
+            "standin",
+            "--perf-profile-dir",
+            str(pytester.path),
+            "-p",
+            "no:cacheprovider",
+            "--perf-baseline",
+            str(base),
+            "--perf-json",
+            str(pytester.path / "gate.json"),
+        )
+        sweep = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "perftests.cli",
+                "sweep",
+                "--hw",
+                "standin",
+                "--profile-dir",
+                str(pytester.path),
+                "--baseline",
+                str(base),
+                "--json",
+                str(pytester.path / "sweep.json"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    g = json.loads((pytester.path / "gate.json").read_text())["outcome"]
+    s = json.loads((pytester.path / "sweep.json").read_text())["outcome"]
+    assert g["kind"] == s["kind"] == "regression", (g, s)
+    assert g["exit_code"] == s["exit_code"] == sweep.returncode == 1
+    assert gate.ret == pytest.ExitCode.TESTS_FAILED
+    assert "verdict: UNIFORM REGRESSION" in sweep.stdout
