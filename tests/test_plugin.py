@@ -20,6 +20,10 @@ def sglang_profile(dir: Path, url: str, api_key_env: str | None = None) -> None:
     (dir / "standin.yaml").write_text(
         f"name: standin\nengine: sglang\nservice:\n  url: {url}\n{key}"
         "sweep:\n  contexts: [64, 256]\ndefaults:\n  repeats: 3\n  warmup: 1\n"
+        # The stand-in's tests are about the gate's flow, not the machine's: a neighbour's burst
+        # must not turn them into MACHINE BUSY (the control is tested in test_control.py and on
+        # the real server in test_gate_e2e.py).
+        "  control: false\n"
     )
 
 

@@ -138,6 +138,13 @@ def test_no_orphan_when_the_run_is_interrupted(tmp_path, sig):
             str(log_dir),
             "--perf-repeats",
             "100000",
+            # A refresh, so the run needs no stored baseline before it launches; the interrupt
+            # leaves nothing written (checked below).
+            "--update-baselines",
+            "--reason",
+            "interrupted on purpose",
+            "--perf-baseline",
+            str(tmp_path / "baseline.yaml"),
             "-p",
             "no:cacheprovider",
             "-q",
@@ -162,6 +169,7 @@ def test_no_orphan_when_the_run_is_interrupted(tmp_path, sig):
             pytest.fail(f"service never came up: {out_file.read_text(errors='replace')[-2000:]}")
         time.sleep(2)  # let the sweep get going: requests in flight
         proc.send_signal(sig)
+        assert not (tmp_path / "baseline.yaml").exists()
         try:
             proc.wait(120)
         except subprocess.TimeoutExpired:
