@@ -213,18 +213,22 @@ class GateRun:
             self._note(f"PROVISIONAL baseline: {self._provisional.reason}")
         return self._provisional
 
+    def _stored_control(self) -> control.ControlRange | None:
+        """The control range the machine is checked against: the baseline's, except in a refresh
+        (which makes a new one, so only busyness is checked)."""
+        cfg = self.config
+        return None if cfg.update or cfg.baseline is None else cfg.baseline.control
+
     def _machine_ok(self) -> bool:
-        stored = (
-            None if self.config.update else (self.config.baseline.control if self.config.baseline else None)
-        )
-        return control.check(stored, self.readings, tolerance=self.config.machine_tolerance).ok
+        return control.check(
+            self._stored_control(), self.readings, tolerance=self.config.machine_tolerance
+        ).ok
 
     # -- concluding --------------------------------------------------------------------------
     def conclude(self) -> Outcome:
         cfg = self.config
         if cfg.control:
-            stored = None if cfg.update else (cfg.baseline.control if cfg.baseline else None)
-            mc = control.check(stored, self.readings, tolerance=cfg.machine_tolerance)
+            mc = control.check(self._stored_control(), self.readings, tolerance=cfg.machine_tolerance)
             if cfg.update and mc.status == "unchecked":
                 mc = MachineCheck("ok", ("refresh: this run's control readings become the baseline's",))
             self.machine_check = mc
