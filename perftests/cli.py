@@ -11,7 +11,7 @@ from perftests import __version__, options, profiles
 from perftests.config import RunConfig, resolve
 from perftests.errors import ConfigError, PerftestsError
 from perftests.record import RunRecord
-from perftests.reports.terminal import comparison_table, plain, summary
+from perftests.reports.terminal import comparison_table, plain, shape_table, summary
 from perftests.reports.write import ReportPaths, write_all
 from perftests.run import GateRun
 from perftests.session import PerfSession
@@ -125,6 +125,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """B against A: A's points become the baseline, B is judged as the gate would judge it."""
     from perftests import baseline as bl
     from perftests.compare import compare_point
+    from perftests.shape import compare_shapes, shape_tests
     from perftests.verdict import classify
 
     a, b = RunRecord.read(Path(args.a)), RunRecord.read(Path(args.b))
@@ -133,11 +134,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     except ConfigError as e:
         raise ConfigError(f"{args.a}: cannot serve as the reference: {e}") from None
     tol, noise = args.tolerance, 0.05
+    shape_noise: float | None = None
     try:
         d = profiles.load(
             b.profile, [Path(x) for x in [*args.top_profile_dir, *(args.profile_dir or [])]]
         ).defaults
-        noise = d.launch_noise
+        noise, shape_noise = d.launch_noise, d.shape_noise
         tol = d.tolerance if tol is None else tol
     except ConfigError:
         if tol is None:
@@ -161,17 +163,29 @@ def cmd_compare(args: argparse.Namespace) -> int:
             notes.append(f"{key} differs: {a.settings.get(key)} vs {b.settings.get(key)}")
     comps = []
     ests = b.estimates()
-    for ctx in sorted({p.context for p in b.points}):
+    contexts = sorted({p.context for p in b.points})
+    family = len(contexts) + shape_tests(contexts)  # as the gate counts its tests
+    for ctx in contexts:
         if ctx not in ests:
             notes.append(f"ctx={ctx}: no valid pair in B")
             continue
-        comps.append(compare_point(base, ests[ctx], tol, launch_noise_prior=noise))
+        comps.append(compare_point(base, ests[ctx], tol, launch_noise_prior=noise, family=family))
     if not comps:
         raise ConfigError(f"{args.b}: no valid point to compare")
+    shapes = compare_shapes(
+        base,
+        [p for p in b.points if p.context in ests],
+        tol,
+        shape_noise_prior=shape_noise if shape_noise is not None else noise,
+        family=family,
+        rounds=not b.launched,
+    )
     print(comparison_table(comps))
+    if shapes:
+        print(shape_table(shapes))
     for n in notes:
         print(f"WARNING: {n}")
-    v = classify(comps, base)
+    v = classify(comps, base, shapes)
     print()
     print(v.explanation())
     return 0 if v.passed else 1

@@ -52,13 +52,19 @@ class Noise:
 def launch_noise(base_sds: list[tuple[float, int]], run: Estimate | None, prior: float) -> Noise:
     """Pool the between-launch variance of the baseline point(s) and the run with the profile's
     prior; `base_sds` holds (sd, launches) per source."""
-    parts = [(sd, k - 1) for sd, k in base_sds if k >= 2]
+    parts = list(base_sds)
     if run is not None and not run.rounds and run.launches >= 2:
         sd = run.launch_sd
         if sd is not None:
-            parts.append((sd, run.launches - 1))
-    df = sum(d for _, d in parts)
-    var = (PRIOR_DF * prior * prior + sum(d * sd * sd for sd, d in parts)) / (PRIOR_DF + df)
+            parts.append((sd, run.launches))
+    return pooled_noise(parts, prior)
+
+
+def pooled_noise(parts: list[tuple[float, int]], prior: float) -> Noise:
+    """Pool sample sds, given as (sd, launches), with the prior's PRIOR_DF degrees of freedom."""
+    used = [(sd, k - 1) for sd, k in parts if k >= 2]
+    df = sum(d for _, d in used)
+    var = (PRIOR_DF * prior * prior + sum(d * sd * sd for sd, d in used)) / (PRIOR_DF + df)
     return Noise(max(math.sqrt(var), SE_FLOOR), PRIOR_DF + df, "launches" if df else "profile")
 
 
@@ -207,5 +213,6 @@ __all__ = [
     "judge",
     "launch_noise",
     "launches_needed",
+    "pooled_noise",
     "se_log_median",
 ]

@@ -65,6 +65,7 @@ class RunConfig:
     log_dir: Path = Path(".perftests/logs")
     target: str = ""  # label of this service when a run measures several
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    shape_noise: float = 0.05  # prior sd of a within-launch quotient (profiles.GateDefaults)
 
     @property
     def attached(self) -> bool:
@@ -210,6 +211,7 @@ def resolve(
         launches=launches,
         policy=Policy(inconclusive=d.inconclusive),
         launch_noise=d.launch_noise,
+        shape_noise=d.shape_noise if d.shape_noise is not None else d.launch_noise,
         machine_tolerance=d.machine_tolerance,
         control=d.control and not v.get("no_control"),
         baseline_path=path,

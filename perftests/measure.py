@@ -24,6 +24,7 @@ from perftests.stats import Summary, summarize
 CacheMode = Literal["warm", "cold"]
 
 MAX_SPAN_GROWTH = 4  # the long request may grow to 4x its default when prefill jitter would swamp it
+SPAN_HEADROOM = 8  # tokens kept free below the service's context window when a span grows
 
 
 class MeasurementError(PerftestsError):
@@ -224,6 +225,7 @@ class TwoPointMeter:
         max_retries: int = 3,
         adaptive_span: bool = True,
         before_request: Callable[[], None] | None = None,
+        context_window: int | None = None,
     ) -> None:
         check_cache_mode(type(adapter), cache_mode)  # ConfigError if it cannot honour and verify it
         self.adapter = adapter
@@ -234,6 +236,9 @@ class TwoPointMeter:
         self.max_retries = max_retries
         self.adaptive_span = adaptive_span
         self.before_request = before_request  # e.g. Service.check_alive between requests
+        # The service's per-request token limit (prompt + generated), where it says: a grown span
+        # must stay inside it, or the engine refuses the request (an error of the run).
+        self.context_window = context_window
         self._index = 0
 
     def _request(self, prompt: list[int], n: int) -> RequestResult:
@@ -309,6 +314,8 @@ class TwoPointMeter:
         """Lengthen the decode span when the short request (mostly prefill) rivals it in time:
         prefill jitter would then be a large share of t_long - t_short."""
         cap = self.long_tokens * MAX_SPAN_GROWTH
+        if self.context_window:
+            cap = max(long_tokens, min(cap, self.context_window - w.context - SPAN_HEADROOM))
         new = long_tokens
         while w.short.wall_s > 0.5 * w.decode_s * (new - self.short_tokens) / w.decode_tokens and new < cap:
             new = min(cap, self.short_tokens + 2 * (new - self.short_tokens))

@@ -15,6 +15,7 @@ from typing import Any
 
 from perftests.compare import PointComparison
 from perftests.control import MachineCheck
+from perftests.shape import ShapeComparison
 from perftests.verdict import FAILING, CurveVerdict, Kind
 
 
@@ -76,8 +77,9 @@ class Outcome:
         )
 
 
-def point_fails(c: PointComparison, policy: Policy) -> bool:
-    """Does this point's test fail? The one place that says so."""
+def point_fails(c: PointComparison | ShapeComparison, policy: Policy) -> bool:
+    """Does this point's test fail (on its own ratio, or on its within-launch quotient to the
+    shortest context)? The one place that says so."""
     return c.status == "fail" or (c.status == "inconclusive" and policy.inconclusive == "fail")
 
 
@@ -118,7 +120,12 @@ def conclude(
         return Outcome(OutcomeKind.REFRESHED, "BASELINE WRITTEN", False, 0)
     if verdict is None:
         return Outcome(OutcomeKind.MEASURED, "MEASURED (no baseline, no verdict)", False, 0)
-    failing = tuple(c for c, cmp in sorted(comparisons.items()) if point_fails(cmp, policy))
+    failing = tuple(
+        sorted(
+            {c for c, cmp in comparisons.items() if point_fails(cmp, policy)}
+            | {s.context for s in verdict.shapes if point_fails(s, policy)}
+        )
+    )
     head = f"verdict: {verdict.kind.value.upper()}" + (
         " (against a PROVISIONAL baseline)" if verdict.provisional else ""
     )

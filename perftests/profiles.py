@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import yaml
 
@@ -57,6 +57,9 @@ class GateDefaults:
     launches: int = 1  # launches per gate run: each a fresh service, the unit of replication
     refresh_launches: int = 5  # launches per baseline refresh
     launch_noise: float = 0.05  # between-launch sd of log tok/s assumed where none is measured
+    # Between-launch sd of log(tok/s at ctx / tok/s at the shortest ctx of the same launch);
+    # None: launch_noise (the uniform part of the swing cancels, so this is an upper bound).
+    shape_noise: float | None = None
     machine_tolerance: float = 0.15  # how far the machine control may sit outside the baseline's
     control: bool = True  # run the machine control before and after each launch
 
@@ -202,8 +205,15 @@ def _choice(doc: _Doc, key: str, allowed: tuple[str, ...], default: str) -> str:
     return value
 
 
-def _fraction(doc: _Doc, key: str, default: float) -> float:
-    value = float(doc.get(key, (int, float), default))
+@overload
+def _fraction(doc: _Doc, key: str, default: float) -> float: ...
+@overload
+def _fraction(doc: _Doc, key: str, default: None) -> float | None: ...
+def _fraction(doc: _Doc, key: str, default: float | None) -> float | None:
+    raw = doc.get(key, (int, float), default)
+    if raw is None:
+        return None
+    value = float(raw)
     if not 0 < value < 1:
         raise doc.error(key, f"must be a fraction between 0 and 1, got {value}")
     return value
@@ -235,6 +245,7 @@ def parse_file(path: Path) -> Profile:
             "launches",
             "refresh_launches",
             "launch_noise",
+            "shape_noise",
             "machine_tolerance",
             "control",
         },
@@ -307,6 +318,7 @@ def parse_file(path: Path) -> Profile:
         launches=doc.get("defaults.launches", int, 1, positive=True),
         refresh_launches=doc.get("defaults.refresh_launches", int, 5, positive=True),
         launch_noise=_fraction(doc, "defaults.launch_noise", 0.05),
+        shape_noise=_fraction(doc, "defaults.shape_noise", None),
         machine_tolerance=_fraction(doc, "defaults.machine_tolerance", 0.15),
         control=doc.get("defaults.control", bool, True),
     )

@@ -19,6 +19,7 @@ from perftests.errors import ConfigError
 from perftests.estimate import Estimate, estimates
 from perftests.measure import Point
 from perftests.outcome import Outcome
+from perftests.shape import ShapeComparison
 from perftests.verdict import CurveVerdict
 
 SCHEMA = "perftests.run/2"
@@ -108,6 +109,7 @@ class PointResult:
     comparison: PointComparison | None
     problem: str | None
     failed: bool = False  # its test fails (outcome.point_fails), or it has a problem
+    shape: ShapeComparison | None = None  # its within-launch quotient to the shortest context
 
     @property
     def status(self) -> str:
@@ -161,10 +163,16 @@ class RunRecord:
         ests = self.estimates()
         comps = {c.context: c for c in self.comparisons}
         failing = set(self.outcome.failing_contexts) if self.outcome else set()
+        shapes = {s.context: s for s in self.verdict.shapes} if self.verdict else {}
         wanted = set(self.settings.get("contexts") or []) | set(ests) | set(comps) | set(self.problems)
         return [
             PointResult(
-                c, ests.get(c), comps.get(c), self.problems.get(c), c in failing or c in self.problems
+                c,
+                ests.get(c),
+                comps.get(c),
+                self.problems.get(c),
+                c in failing or c in self.problems,
+                shapes.get(c),
             )
             for c in sorted(wanted)
         ]

@@ -21,6 +21,7 @@ from perftests.outcome import Outcome, conclude
 from perftests.record import JudgedAgainst, LaunchInfo, RunRecord, git_commit
 from perftests.service import public_url
 from perftests.session import PerfSession
+from perftests.shape import ShapeComparison, compare_shapes, shape_tests
 from perftests.verdict import CurveVerdict, classify
 
 Say = Callable[[str], None]
@@ -51,6 +52,7 @@ class GateRun:
         self.errors: list[str] = []
         self.warnings: list[str] = []
         self.comparisons: dict[int, PointComparison] = {}
+        self.shapes: list[ShapeComparison] = []
         self.verdict: CurveVerdict | None = None
         self.machine_check: MachineCheck | None = None
         self.outcome: Outcome | None = None
@@ -100,7 +102,7 @@ class GateRun:
             extra = 0
             while not cfg.update and not self.errors and self._machine_ok():
                 self.judge()
-                pending = [c for c, cmp in sorted(self.comparisons.items()) if cmp.status == "inconclusive"]
+                pending = self._pending()
                 if not pending or extra >= cfg.reruns:
                     break
                 extra += 1
@@ -112,11 +114,21 @@ class GateRun:
                     break
         except ServiceError as e:
             self.errors.append(str(e))
+            self.progress(f"ERROR: {e}")  # the cause of exit 2 belongs beside the progress lines
         finally:
             if self._attached is not None:
                 self._attached.close()
                 self._attached = None
         return self.conclude()
+
+    def _pending(self) -> list[int]:
+        """Contexts still inconclusive: points, and both ends of an inconclusive quotient (it is
+        measured within one launch, so a further launch must measure the two together)."""
+        out = {c for c, cmp in self.comparisons.items() if cmp.status == "inconclusive"}
+        for sh in self.shapes:
+            if sh.status == "inconclusive":
+                out |= {sh.context, sh.reference}
+        return sorted(out)
 
     def _launch(self, contexts: tuple[int, ...]) -> bool:
         """One launch (attached: one round) measuring `contexts`. False when the machine was
@@ -177,6 +189,8 @@ class GateRun:
         if base is None:
             return {}
         cfg = self.config
+        contexts = cfg.settings.contexts
+        family = len(contexts) + shape_tests(contexts)  # every test the run makes
         out = {}
         for ctx, est in ests.items():
             if base.point(ctx) is None:
@@ -189,7 +203,7 @@ class GateRun:
                 est,
                 cfg.tolerance,
                 launch_noise_prior=cfg.launch_noise,
-                family=len(cfg.settings.contexts),
+                family=family,
             )
             out[ctx] = c
             if self.comparisons.get(ctx) != c:
@@ -199,6 +213,21 @@ class GateRun:
                     f"launch(es) {c.status.upper()}"
                 )
         self.comparisons = out
+        shapes = compare_shapes(
+            base,
+            [p for p in self.points if p.context in ests],
+            cfg.tolerance,
+            shape_noise_prior=cfg.shape_noise,
+            family=family,
+            rounds=cfg.attached,
+        )
+        for sh in shapes:
+            if sh not in self.shapes:
+                self.progress(
+                    f"ctx={sh.context} within launches, relative to ctx={sh.reference}: ratio "
+                    f"{sh.ratio:.3f} [{sh.ratio_low:.3f}, {sh.ratio_high:.3f}] {sh.status.upper()}"
+                )
+        self.shapes = shapes
         return out
 
     def _baseline_for(self, ests: dict[int, Estimate]) -> bl.Baseline | None:
@@ -231,14 +260,22 @@ class GateRun:
             mc = control.check(self._stored_control(), self.readings, tolerance=cfg.machine_tolerance)
             if cfg.update and mc.status == "unchecked":
                 mc = MachineCheck("ok", ("refresh: this run's control readings become the baseline's",))
+            elif mc.status == "unchecked" and cfg.baseline is None and self.readings:
+                # Nothing stored to compare with (a sweep without a baseline, or a provisional
+                # curve): busyness was checked, the machine's identity cannot be.
+                mc = MachineCheck(
+                    "unchecked", ("no stored baseline: the machine was checked for busyness only",)
+                )
             self.machine_check = mc
-            if mc.status == "unchecked":
+            if mc.status == "unchecked" and cfg.baseline is not None:
                 self._note(mc.lines[0])
+            for w in control.drift(self.readings):
+                self._note(w)
         machine_ok = self.machine_check is None or self.machine_check.ok
         if not cfg.update and not self.errors and machine_ok and self.baseline is not None:
             self.judge()
             if self.comparisons and self.baseline is not None:
-                self.verdict = classify(list(self.comparisons.values()), self.baseline)
+                self.verdict = classify(list(self.comparisons.values()), self.baseline, self.shapes)
         refreshed = False
         if cfg.update and not self.errors and machine_ok and not self.problems:
             try:
@@ -287,6 +324,7 @@ class GateRun:
             "tolerance": cfg.tolerance,
             "inconclusive": cfg.policy.inconclusive,
             "launch_noise": cfg.launch_noise,
+            "shape_noise": cfg.shape_noise,
             "update": cfg.update,
             "launch_argv": list(launch.argv) if launch and not cfg.attached else None,
         }

@@ -65,6 +65,7 @@ class PerfSession:
                 cache_mode=s.cache_mode,
                 max_retries=s.max_retries,
                 before_request=service.check_alive,
+                context_window=_context_window(self.server),
             )
         return self._meter
 
@@ -95,3 +96,10 @@ class PerfSession:
             self.service.close()
             self.service = None
             self._meter = None
+
+
+def _context_window(server: dict[str, object]) -> int | None:
+    """The per-request context window the engine reported (llama.cpp: /props n_ctx), if any."""
+    args = server.get("args")
+    n = args.get("n_ctx") if isinstance(args, dict) else None
+    return n if isinstance(n, int) and n > 0 else None

@@ -31,8 +31,9 @@ def test_decode_throughput(perf_point: PointResult, perf_run: GateRun) -> None:
     if r.comparison is None:
         pytest.fail(f"ctx={r.context}: not judged (no baseline point or model)", pytrace=False)
     if r.failed:
+        shape = f"\n{r.shape.describe()}" if r.shape is not None else ""
         pytest.fail(
-            f"{r.comparison.describe()}\nThe curve's verdict (test_curve_verdict) says "
+            f"{r.comparison.describe()}{shape}\nThe curve's verdict (test_curve_verdict) says "
             f"which kind of regression.",
             pytrace=False,
         )

@@ -16,6 +16,7 @@ from typing import Any
 from perftests.baseline import Baseline
 from perftests.compare import PointComparison
 from perftests.scaling import ScalingModel, fit_curve
+from perftests.shape import ShapeComparison
 
 
 class Kind(str, Enum):
@@ -50,6 +51,11 @@ class CurveVerdict:
     lines: list[str] = field(default_factory=list)
     measured_model: ScalingModel | None = None
     provisional: bool = False
+    shapes: list[ShapeComparison] = field(default_factory=list)  # within-launch quotients
+
+    @property
+    def shape_failures(self) -> list[ShapeComparison]:
+        return [s for s in self.shapes if s.status == "fail"]
 
     @property
     def passed(self) -> bool:
@@ -71,6 +77,7 @@ class CurveVerdict:
             "explanation": self.lines,
             "points": [p.to_dict() for p in self.points],
             "measured_model": self.measured_model.to_dict() if self.measured_model else None,
+            "shapes": [x.to_dict() for x in self.shapes],
         }
 
     @classmethod
@@ -82,6 +89,7 @@ class CurveVerdict:
             list(d.get("explanation") or []),
             ScalingModel.from_dict(m) if m else None,
             bool(d.get("provisional")),
+            [ShapeComparison.from_dict(x) for x in d.get("shapes") or []],
         )
 
 
@@ -89,17 +97,31 @@ def _pct(x: float) -> str:
     return f"{x - 1:+.1%}"
 
 
-def classify(points: list[PointComparison], baseline: Baseline) -> CurveVerdict:
+def classify(
+    points: list[PointComparison], baseline: Baseline, shapes: list[ShapeComparison] | None = None
+) -> CurveVerdict:
+    """The curve's verdict from its per-point comparisons and, where the run and the baseline
+    have launches to pair, the within-launch shape quotients (shape.py)."""
     pts = sorted(points, key=lambda p: p.context)
     tol = max((p.tolerance for p in pts), default=0.05)
-    v = CurveVerdict(Kind.PASS, pts, provisional=baseline.provisional)
+    v = CurveVerdict(Kind.PASS, pts, provisional=baseline.provisional, shapes=list(shapes or []))
     if not pts:
         v.kind = Kind.INCONCLUSIVE
         v.lines.append("no point was compared")
         return v
     failing = [p for p in pts if p.status == "fail"]
+    shape_fail = v.shape_failures
+    shape_open = [s for s in v.shapes if s.status == "inconclusive"]
     ratios = ", ".join(f"{p.context}: {p.ratio:.3f}" for p in pts)
     v.lines.append(f"ratio measured/baseline per context: {ratios}")
+    if v.shapes:
+        v.lines.append(
+            f"within each launch, relative to ctx={v.shapes[0].reference}: "
+            + ", ".join(
+                f"{s.context}: {s.ratio:.3f} [{s.ratio_low:.3f}, {s.ratio_high:.3f}]" for s in v.shapes
+            )
+            + " of the baseline's"
+        )
     v.measured_model = _measured_model(pts, baseline)
 
     # 1. Acceptance first: a drafting problem shows as fewer tokens per step at a held step time.
@@ -108,7 +130,7 @@ def classify(points: list[PointComparison], baseline: Baseline) -> CurveVerdict:
         for p in pts
         if p.measured_acceptance and p.expected_acceptance
     ]
-    if acc and (failing or any(p.status == "inconclusive" for p in pts)):
+    if acc and (failing or shape_fail or any(p.status == "inconclusive" for p in pts)):
         acc_ratio = _median([r for r, _ in acc])
         if acc_ratio < 1 - 2 * tol:
             steps = [
@@ -132,18 +154,18 @@ def classify(points: list[PointComparison], baseline: Baseline) -> CurveVerdict:
             v.lines.append(f"this usually means {MEANING[v.kind]}")
             return v
 
-    if not failing:
+    if not failing and not shape_fail:
         improved = [p for p in pts if p.status == "improved"]
         inconclusive = [p for p in pts if p.status == "inconclusive"]
         from_model = [p for p in pts if p.source == "model" and p.status == "pass"]
         shortest = baseline.points[0]
-        if inconclusive:
+        if inconclusive or shape_open:
             v.kind = Kind.INCONCLUSIVE
             v.lines.append(
                 "drops beyond tolerance that the noise could explain, after re-measuring: "
-                + "; ".join(p.describe() for p in inconclusive)
+                + "; ".join([p.describe() for p in inconclusive] + [s.describe() for s in shape_open])
             )
-            v.lines.append("add repeats (--perf-repeats) or quiet the machine to decide")
+            v.lines.append("add launches (--perf-launches) or quiet the machine to decide")
         elif improved and len(improved) >= (len(pts) + 1) // 2:
             v.kind = Kind.IMPROVEMENT
             v.lines.append(
@@ -162,17 +184,36 @@ def classify(points: list[PointComparison], baseline: Baseline) -> CurveVerdict:
                 )
         return v
 
-    # 2. A drop: which term of the model moved?
+    # 2. A drop: which term of the model moved? Where launches pair, the within-launch quotient
+    # decides (the machine's uniform swing cancels in it); otherwise the ratios' slope.
     short, long = pts[0], pts[-1]
     worsening = short.ratio - long.ratio
-    fails = "; ".join(f"ctx={p.context} {_pct(p.ratio)}" for p in failing)
-    v.lines.append(f"failing points: {fails} (tolerance -{tol:.0%}, each significant at 95%)")
-    if len(pts) >= 2 and worsening > tol:
+    if failing:
+        fails = "; ".join(f"ctx={p.context} {_pct(p.ratio)}" for p in failing)
+        v.lines.append(f"failing points: {fails} (tolerance -{tol:.0%}, each significant at 95%)")
+    if shape_fail:
+        v.kind = Kind.CONTEXT_DEPENDENT
+        ws = min(shape_fail, key=lambda s: s.ratio)
+        v.lines.append(
+            f"the ratio worsens with context: within the same launches ctx={ws.context} runs at "
+            f"{ws.measured:.3f} of ctx={ws.reference}'s throughput against "
+            f"{ws.expected:.3f} in the baseline ({_pct(ws.ratio)}, interval "
+            f"[{ws.ratio_low:.3f}, {ws.ratio_high:.3f}]), whatever the machine's level did"
+        )
+    elif len(pts) >= 2 and worsening > tol:
         v.kind = Kind.CONTEXT_DEPENDENT
         v.lines.append(
             f"the ratio worsens with context: {short.ratio:.3f} at ctx={short.context}, "
             f"{long.ratio:.3f} at ctx={long.context}"
         )
+        lone = [s for s in shape_open if s.context == long.context]
+        if lone:
+            v.lines.append(
+                f"within the same launches the quotient agrees ({lone[0].ratio:.3f} of the "
+                f"baseline's at ctx={long.context}) but is not significant on its own "
+                f"[{lone[0].ratio_low:.3f}, {lone[0].ratio_high:.3f}]: more launches would "
+                f"confirm that the drop grows with context"
+            )
     else:
         v.kind = Kind.UNIFORM
         spread = max(p.ratio for p in pts) - min(p.ratio for p in pts)

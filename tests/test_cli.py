@@ -133,7 +133,7 @@ def test_sweep_on_the_reference_writes_a_record(tmp_path):
         text=True,
         timeout=600,
     )
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 0, proc.stderr + proc.stdout[-2000:]
     assert "ctx=64:" in proc.stderr and "ctx=256:" in proc.stderr  # progress, as each point completes
     assert "stream" in proc.stdout  # the curve table
     data = json.loads(out.read_text())

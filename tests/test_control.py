@@ -11,7 +11,7 @@ import time
 import pytest
 
 from perftests import control
-from perftests.control import ControlRange, GpuState, Reading, check
+from perftests.control import ControlRange, GpuState, Reading, check, drift
 
 REF = ControlRange({"cpu_gflops": (40.0, 44.0, 42.0), "mem_gbs": (10.0, 11.0, 10.5)})
 
@@ -56,9 +56,13 @@ def test_busy_is_named_whatever_the_baseline(reading, needle):
         assert mc.status == "busy" and any(needle in line for line in mc.lines)
 
 
-def test_a_control_that_moved_during_a_launch_is_busy():
-    mc = check(REF, [r(gflops=42.0), r("after", gflops=25.0)], tolerance=0.15)
-    assert mc.status == "busy" and "42.0 before, 25.0 after" in mc.lines[0]
+def test_a_control_that_moved_during_a_launch_is_a_warning_not_busy():
+    # A quiet VM moved its memory copy 41% around one launch: evidence of nothing competing.
+    moved = [r(gflops=42.0), r("after", gflops=25.0)]
+    assert check(REF, moved, tolerance=0.15).status != "busy"
+    (warning,) = drift(moved)
+    assert "launch 1" in warning and "42.0 before, 25.0 after" in warning
+    assert drift([r(gflops=42.0), r("after", gflops=40.0)]) == []
 
 
 def test_gpu_power_limit_change_differs():

@@ -155,15 +155,16 @@ def test_quantised_kv_cache_is_a_context_dependent_regression(gate):
     result = gate.run(profile, "--perf-launches", "2")
     rec = json.loads((gate.root / "run-kvq8.json").read_text())
     ratio = {c["context"]: c["ratio"] for c in rec["comparisons"]}
+    shape = {s["context"]: s["ratio"] for s in rec["verdict"]["shapes"]}
+    print(f"kvq8: ratios {ratio}, within-launch quotients {shape}")
     # Paired on this VM the q8_0 cache costs ~0.5x at 4096 tokens and nothing at 64 (alternating
-    # sweeps, 2026-12-03), but whole-machine swings of 30% between launches sit on top: the
-    # slope must show, and when the gate calls it a regression it must name it.
-    assert ratio[4096] < ratio[64] - 0.1, ratio  # a fresh-clone CI run: 0.85 at 64, 0.65 at 4096
-    if result.ret == pytest.ExitCode.TESTS_FAILED:
-        assert "verdict: CONTEXT-DEPENDENT REGRESSION" in result.out
-        assert "the ratio worsens with context" in result.out
-    else:
-        assert result.ret == 0 and "verdict: INCONCLUSIVE" in result.out, result.out[-4000:]
+    # sweeps, 2026-12-03), and whole-machine swings of 30% between launches sit on top: the
+    # per-point ratios can all pass (a CI run: 1.48 / 1.24 / 0.98). Within each launch the swing
+    # cancels: the quotient at 4096 must fail, and the verdict name it.
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.out[-4000:]
+    assert "verdict: CONTEXT-DEPENDENT REGRESSION" in result.out
+    assert "the ratio worsens with context" in result.out
+    assert shape[4096] < 0.8, shape
 
 
 def test_unrelated_draft_is_an_acceptance_collapse(gate):

@@ -9,8 +9,9 @@ import pytest
 
 from perftests.engines.base import EngineAdapter
 from perftests.engines.llamacpp import LlamaCppAdapter
-from perftests.measure import MeasurementError, Pair, Point, TwoPointMeter, check_pair
+from perftests.measure import SPAN_HEADROOM, MeasurementError, Pair, Point, TwoPointMeter, check_pair
 from perftests.prompts import PromptSource
+from perftests.session import _context_window
 
 pytestmark = pytest.mark.server  # every test here runs the real llama-server
 
@@ -167,6 +168,23 @@ def test_decode_span_grows_when_prefill_would_swamp_it(llama):
     point = meter.measure(3000, repeats=1, warmup=3)
     assert point.long_tokens > 40
     assert any("decode span grown" in n for n in point.notes)
+    assert point.valid_pairs[0].long.completion_tokens == point.long_tokens
+
+
+def test_grown_span_stays_inside_the_context_window(llama):
+    # A CI run grew the span at ctx=256 on a 1024-token server past its window and the server
+    # refused the request (an error of the run). The window comes from the engine (/props n_ctx).
+    window = _context_window(llama.adapter.server_info().to_dict())
+    assert window == 4096  # the fixture's --ctx-size with --parallel 1
+    meter = TwoPointMeter(
+        llama.adapter,
+        PromptSource(llama.adapter, seed=5),
+        long_tokens=40,
+        cache_mode="cold",
+        context_window=window,
+    )
+    point = meter.measure(4000, repeats=1, warmup=3)
+    assert 40 <= point.long_tokens <= window - 4000 - SPAN_HEADROOM
     assert point.valid_pairs[0].long.completion_tokens == point.long_tokens
 
 

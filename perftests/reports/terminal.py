@@ -11,6 +11,7 @@ from perftests.compare import PointComparison
 from perftests.measure import Point
 from perftests.record import RunRecord
 from perftests.reports.fields import verdict_text
+from perftests.shape import ShapeComparison
 
 WIDTH = 100
 
@@ -97,6 +98,30 @@ def comparison_table(comparisons: list[PointComparison]) -> str:
     return "\n".join(lines)
 
 
+def shape_table(shapes: list[ShapeComparison]) -> str:
+    """Each context as a share of the shortest one within the same launch, against the baseline's:
+    the machine's uniform swing cancels in it, a cost growing with context does not."""
+    ref = shapes[0].reference if shapes else 0
+    head = (
+        f"{'context':>8} {f'/ctx {ref}':>9} {'baseline':>9} {'ratio':>7} {'95% CI':>15} "
+        f"{'catches':>8} {'k/K':>5} {'noise':>7} {'status':>12}"
+    )
+    lines = [head, "-" * len(head)]
+    for s in shapes:
+        lines.append(
+            f"{s.context:>8} {s.measured:>9.3f} {s.expected:>9.3f} {s.ratio:>7.3f} "
+            f"{f'[{s.ratio_low:.3f},{s.ratio_high:.3f}]':>15} {f'-{s.detectable_drop:.1%}':>8} "
+            f"{f'{s.launches}/{s.baseline_launches}':>5} "
+            f"{f'{s.noise_sd:.1%}' + ('' if s.noise_source == 'launches' else '~'):>7} "
+            f"{s.status.upper():>12}"
+        )
+    lines.append(
+        f"within launches: tok/s at each context over tok/s at ctx={ref} of the same launch (the "
+        f"machine's uniform swing cancels); ratio: this run's over the baseline's"
+    )
+    return "\n".join(lines)
+
+
 def wrap(text: str, indent: str = "    ") -> list[str]:
     """Wrap prose to WIDTH; continuation lines are indented so each item stays one block."""
     out: list[str] = []
@@ -133,7 +158,10 @@ def summary(record: RunRecord, *, baseline_label: str | None = None) -> list[Lin
         tag = " PROVISIONAL" if record.baseline and record.baseline.provisional else ""
         label = baseline_label or _rel(ja.path)
         out.append(("-", f"against{tag} baseline {label}"))
-        for line in comparison_table(judged).splitlines():
+        table = comparison_table(judged)
+        if record.verdict is not None and record.verdict.shapes:
+            table += "\n" + shape_table(record.verdict.shapes)
+        for line in table.splitlines():
             out += [("", w) for w in (wrap(line) if len(line) > WIDTH else [line])]
     o = record.outcome
     if o is not None and o.kind.value not in ("run error", "machine"):
