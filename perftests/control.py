@@ -381,9 +381,10 @@ def check(stored: ControlRange | None, readings: Sequence[Reading], *, tolerance
     """Is this machine, now, the machine the baseline was measured on, and is it quiet?
 
     busy: other processes took a large share of the CPU (or the GPUs had other processes) during
-    a reading, or the control's own repetitions were jumpy (drift() warns of the rest). differs: the run's control figures lie
-    outside the baseline's readings widened by `tolerance`, or the GPUs' power limit or maximum
-    clock differ. Busy is checked first: a busy machine also measures low."""
+    a reading, or the control's own repetitions were jumpy (drift() warns of the rest).
+    differs: the run's control figures lie outside the baseline's readings widened by
+    `tolerance`, or the GPUs' power limit or maximum clock differ. Busy is checked first: a
+    busy machine also measures low."""
     if not readings:
         return MachineCheck("unchecked", ("no machine control was measured",))
     busy: list[str] = []

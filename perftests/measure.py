@@ -8,7 +8,8 @@ its reason, retried with a fresh prompt a bounded number of times, and never ave
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -141,7 +142,7 @@ class Point:
     warmup: list[Pair] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     stream: StreamResult | None = None  # optional streamed cross-check at this context
-    elapsed_s: float = 0.0  # wall time spent measuring this point, warm-up included
+    elapsed_s: float = 0.0  # wall time of this point's requests, warm-up included
     launch: int = 0  # which launch of the service (or attach round) measured it
 
     @property
@@ -268,32 +269,72 @@ class TwoPointMeter:
     def measure(
         self, context: int, *, repeats: int, warmup: int = 1, progress: Progress | None = None
     ) -> Point:
-        point = Point(context, self.short_tokens, self.long_tokens, self.cache_mode)
-        long_tokens = self.long_tokens
-        for _ in range(warmup):
-            w = self.pair(context, long_tokens)
-            point.warmup.append(w)
-            if self.adaptive_span and w.valid:
-                long_tokens = self._grow_span(w, long_tokens, point)
-        point.long_tokens = long_tokens
-        failures = 0
-        while len(point.valid_pairs) < repeats:
-            p = self.pair(context, long_tokens)
-            point.pairs.append(p)
-            if progress:
-                fig = f"{p.tps:8.1f} tok/s" if p.valid else f"invalid: {p.invalid_reason}"
-                progress(f"ctx={context} pair {len(point.pairs)}: {fig}")
-            if not p.valid:
-                failures += 1
-                if failures > self.max_retries:
-                    reasons = "; ".join(sorted({q.invalid_reason or "" for q in point.pairs if not q.valid}))
-                    raise MeasurementError(
-                        f"ctx={context}: {failures} invalid pairs (limit "
-                        f"{self.max_retries} retries): {reasons}"
-                    )
-        if point.valid_pairs and point.valid_pairs[0].short.cached_tokens is None:
-            point.notes.append("engine reports no cached-token counts: cache state unverified")
+        """One context's point; MeasurementError when it has too many invalid pairs."""
+        point = self.measure_interleaved((context,), repeats=repeats, warmup=warmup, progress=progress)[
+            context
+        ]
+        if isinstance(point, MeasurementError):
+            raise point
         return point
+
+    def measure_interleaved(
+        self,
+        contexts: Sequence[int],
+        *,
+        repeats: int,
+        warmup: int = 1,
+        progress: Progress | None = None,
+    ) -> dict[int, Point | MeasurementError]:
+        """Every context's point, their pairs taken in turn (64, 1024, 4096, 64, 1024, ...).
+
+        Why in turn: a shared machine's speed drifts within a launch (on the 2-core VMs one
+        launch measured 1556 tok/s at 64 tokens first and then, context by context, slower than
+        its baseline's shape: 0.66 of the baseline's 8192/64 quotient, with nothing changed).
+        Interleaved, every context sees the same stretch of the launch, so drift moves them
+        together and the within-launch comparisons (shape.py) stay clean; it also shows in each
+        point's spread instead of hiding between points. Each pair caches its own prompt first
+        (warm mode), so the order does not change what a pair measures."""
+        points = {c: Point(c, self.short_tokens, self.long_tokens, self.cache_mode) for c in contexts}
+        spans = {c: self.long_tokens for c in contexts}
+        for _ in range(warmup):
+            for c in contexts:
+                t0 = time.perf_counter()
+                w = self.pair(c, spans[c])
+                points[c].elapsed_s += time.perf_counter() - t0
+                points[c].warmup.append(w)
+                if self.adaptive_span and w.valid:
+                    spans[c] = self._grow_span(w, spans[c], points[c])
+        out: dict[int, Point | MeasurementError] = {}
+        failures = dict.fromkeys(contexts, 0)
+        for c in contexts:
+            points[c].long_tokens = spans[c]
+        while len(out) < len(points):
+            for c, point in points.items():
+                if c in out:
+                    continue
+                t0 = time.perf_counter()
+                p = self.pair(c, spans[c])
+                point.elapsed_s += time.perf_counter() - t0
+                point.pairs.append(p)
+                if progress:
+                    fig = f"{p.tps:8.1f} tok/s" if p.valid else f"invalid: {p.invalid_reason}"
+                    progress(f"ctx={c} pair {len(point.pairs)}: {fig}")
+                if not p.valid:
+                    failures[c] += 1
+                    if failures[c] > self.max_retries:
+                        reasons = "; ".join(
+                            sorted({q.invalid_reason or "" for q in point.pairs if not q.valid})
+                        )
+                        out[c] = MeasurementError(
+                            f"ctx={c}: {failures[c]} invalid pairs "
+                            f"(limit {self.max_retries} retries): {reasons}"
+                        )
+                        continue
+                if len(point.valid_pairs) >= repeats:
+                    if point.valid_pairs[0].short.cached_tokens is None:
+                        point.notes.append("engine reports no cached-token counts: cache state unverified")
+                    out[c] = point
+        return {c: out[c] for c in contexts}
 
     def stream_check(self, point: Point) -> StreamResult | None:
         """One streamed request at the point's context, as a cross-check of the two-point figure:

@@ -162,12 +162,12 @@ class GateRun:
             sess.open()
             self.server, self.url = self.server or sess.server, sess.url
             info = LaunchInfo(i, public_url(sess.url), sess.launched, sess.startup_s, contexts)
-            for ctx in contexts:
-                try:
-                    self.points.append(sess.measure(ctx))
-                except MeasurementError as e:
-                    self.problems[ctx] = f"invalid measurement: {e}"
-                    self.progress(f"ctx={ctx}: invalid measurement: {e}")
+            for ctx, got in sess.measure_all(contexts).items():
+                if isinstance(got, MeasurementError):
+                    self.problems[ctx] = f"invalid measurement: {got}"
+                    self.progress(f"ctx={ctx}: invalid measurement: {got}")
+                else:
+                    self.points.append(got)
         except ServiceError as e:
             info = LaunchInfo(i, info.url, info.launched, info.startup_s, contexts, str(e))
             raise

@@ -3,14 +3,13 @@ it with the two-point meter, close it. The run (run.py) decides how many launche
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from perftests.config import Settings
 from perftests.errors import PerftestsError, ServiceError
-from perftests.measure import Point, TwoPointMeter
+from perftests.measure import MeasurementError, Point, TwoPointMeter
 from perftests.profiles import Profile
 from perftests.prompts import PromptSource
 from perftests.service import Service, open_service
@@ -70,26 +69,41 @@ class PerfSession:
         return self._meter
 
     def measure(self, context: int) -> Point:
-        """One point on this launch; a service failure is a ServiceError naming the context."""
+        """One point on this launch; MeasurementError if it has no valid figure."""
+        point = self.measure_all((context,))[context]
+        if isinstance(point, MeasurementError):
+            raise point
+        return point
+
+    def measure_all(self, contexts: Sequence[int]) -> dict[int, Point | MeasurementError]:
+        """Every context on this launch, pairs interleaved (TwoPointMeter.measure_interleaved);
+        a service failure is a ServiceError naming the contexts."""
         meter = self.meter()
-        t0 = time.perf_counter()
         s = self.settings
+        where = ", ".join(map(str, contexts))
         try:
-            point = meter.measure(context, repeats=s.repeats, warmup=s.warmup, progress=self.detail)
+            got = meter.measure_interleaved(
+                contexts, repeats=s.repeats, warmup=s.warmup, progress=self.detail
+            )
             if s.stream_check:
-                meter.stream_check(point)
+                for ctx, point in got.items():
+                    if isinstance(point, Point):
+                        where = str(ctx)
+                        meter.stream_check(point)
         except ServiceError as e:
             err = self.service.explain_failure(e) if self.service else e
-            raise ServiceError(f"service failed during the run (ctx={context}): {err}") from None
-        point.elapsed_s = time.perf_counter() - t0
-        point.launch = self.launch
-        if self.progress:
-            t = point.tps()
-            self.progress(
-                f"ctx={context}: {t.median:.1f} tok/s [{t.ci_low:.1f}, {t.ci_high:.1f}] "
-                f"n={t.n}" + (f" ({t.warning})" if t.warning else "")
-            )
-        return point
+            raise ServiceError(f"service failed during the run (ctx={where}): {err}") from None
+        for point in got.values():
+            if isinstance(point, MeasurementError):
+                continue
+            point.launch = self.launch
+            if self.progress:
+                t = point.tps()
+                self.progress(
+                    f"ctx={point.context}: {t.median:.1f} tok/s [{t.ci_low:.1f}, {t.ci_high:.1f}] "
+                    f"n={t.n}" + (f" ({t.warning})" if t.warning else "")
+                )
+        return got
 
     def close(self) -> None:
         if self.service is not None:

@@ -188,6 +188,18 @@ def test_grown_span_stays_inside_the_context_window(llama):
     assert point.valid_pairs[0].long.completion_tokens == point.long_tokens
 
 
+def test_contexts_are_measured_in_turn_so_drift_moves_them_together(llama):
+    # Pair indices are the order the meter asked for them: 64, 256, 64, 256, ... (one launch's
+    # drift then lands on every context alike; see TwoPointMeter.measure_interleaved).
+    meter = TwoPointMeter(llama.adapter, PromptSource(llama.adapter, seed=6), long_tokens=40)
+    got = meter.measure_interleaved((64, 256), repeats=2, warmup=1)
+    a, b = got[64], got[256]
+    assert isinstance(a, Point) and isinstance(b, Point)
+    assert [w.index for w in a.warmup + a.pairs] == [0, 2, 4]
+    assert [w.index for w in b.warmup + b.pairs] == [1, 3, 5]
+    assert a.elapsed_s > 0 and b.elapsed_s > 0 and len(a.valid_pairs) == len(b.valid_pairs) == 2
+
+
 def test_streamed_cross_check_token_normalised(launch_reference):
     svc = launch_reference("llamacpp", draft="draft-identical")
     meter = TwoPointMeter(svc.adapter, PromptSource(svc.adapter), long_tokens=136)
