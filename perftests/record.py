@@ -52,6 +52,7 @@ class LaunchInfo:
     startup_s: float | None = None
     contexts: tuple[int, ...] = ()
     error: str | None = None
+    discarded: str | None = None  # why its figures were dropped (the machine was busy meanwhile)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -61,6 +62,7 @@ class LaunchInfo:
             "startup_s": self.startup_s,
             "contexts": list(self.contexts),
             "error": self.error,
+            "discarded": self.discarded,
         }
 
     @classmethod
@@ -72,6 +74,7 @@ class LaunchInfo:
             d.get("startup_s"),
             tuple(d.get("contexts") or ()),
             d.get("error"),
+            d.get("discarded"),
         )
 
 

@@ -211,3 +211,51 @@ def test_launches_pool_into_one_estimate_and_the_record_round_trips(tmp_path):
     )
     est = back.estimates()[512]
     assert est.launches == 3 and est.launch_tps == pytest.approx((784.0, 816.0, 800.0), rel=0.01)
+
+
+class FakeLaunch:
+    """Stands in for PerfSession in the orchestration tests below (what a launch measures is
+    tested on the real server elsewhere): every launch measures the unchanged curve."""
+
+    def __init__(self, **kw) -> None:
+        self.launch, self.server, self.url = 0, {}, "http://127.0.0.1:9"
+        self.launched, self.startup_s = True, 0.1
+
+    def open(self) -> None:
+        return None
+
+    def measure_all(self, contexts):
+        return {c: point(c, CURVE[c], launch=self.launch) for c in contexts}
+
+    def close(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize(
+    "busy_launches, outcome, discarded, kept",
+    [({0}, OutcomeKind.PASS, [True, False], 1), ({0, 1, 2}, OutcomeKind.MACHINE, [True, True, False], 2)],
+    ids=["busy-once", "busy-throughout"],
+)
+def test_a_launch_the_machine_was_busy_around_is_dropped_and_taken_again(
+    tmp_path, monkeypatch, busy_launches, outcome, discarded, kept
+):
+    import perftests.run as run_mod
+    from tests.test_control import r
+
+    def reading(when, launch):
+        return r(when, launch, foreign=0.6 if when == "after" and launch in busy_launches else 0.0)
+
+    monkeypatch.setattr(run_mod, "PerfSession", FakeLaunch)
+    monkeypatch.setattr(run_mod.control, "measure", reading)
+    monkeypatch.setattr(run_mod, "BUSY_PAUSE_S", 0.0)
+    monkeypatch.setattr(run_mod, "ROUND_GAP_S", 0.0)  # the unit profile is attached: rounds
+    run = make_run(tmp_path)
+    run.config = dataclasses.replace(run.config, control=True)
+    o = run.execute()
+    assert o.kind is outcome, o
+    assert [x.discarded is not None for x in run.launches] == discarded
+    assert {p.launch for p in run.points} == {kept}  # the discarded launches' figures are gone
+    if outcome is OutcomeKind.MACHINE:
+        assert "other processes took 60%" in " ".join(o.lines)  # the last attempt's numbers
+    rec = RunRecord.from_dict(json.loads(json.dumps(run.record().to_dict())))
+    assert rec.launches[0].discarded and "other processes took 60%" in rec.launches[0].discarded
