@@ -14,11 +14,13 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
+
+from perftests.errors import PerftestsError
 
 MATMUL_N = 512
 MATMUL_SAMPLES, MATMUL_PER_SAMPLE = 7, 4
@@ -26,6 +28,7 @@ COPY_BYTES = 128 * 1024 * 1024
 COPY_SAMPLES = 11
 BUSY_SHARE = 0.25  # other processes took this share of the machine during a reading: busy
 JUMPY_RCV = 0.15  # the control's own repetitions spread this much: something competes
+WATCH_WINDOW_S = 5.0  # BusyWatch: others' CPU share is judged over windows this long
 DRIFT = 0.35  # a control figure moved this much between before and after one launch: a warning
 # (quiet, the copy bandwidth alone spreads 29-37 GB/s between readings on the 2-core VM)
 
@@ -88,6 +91,77 @@ def _proc_stat() -> tuple[float, float] | None:
 def _own_cpu_s() -> float:
     t = os.times()
     return t.user + t.system
+
+
+def _proc_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, all threads) of a live process, from /proc/PID/stat; 0 if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    return (float(fields[11]) + float(fields[12])) / tick  # utime, stime: fields 14 and 15
+
+
+def session_pids(sid: int) -> list[int]:
+    """Every live process of session `sid` (a launched service and the workers it forks: SGLang's
+    scheduler and detokenizer are processes of their own)."""
+    out = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 3 and int(fields[3]) == sid:  # field 6: session id
+            out.append(int(entry))
+    return out
+
+
+class MachineBusyError(PerftestsError):
+    """Other processes took a large share of the machine while a launch was measuring."""
+
+
+class BusyWatch:
+    """Others' share of the machine's CPU time while a launch measures, sampled between requests
+    (it costs two small /proc reads). A competitor that arrives mid-launch then stops the launch
+    as busy instead of stretching it: with one of two cores taken by a CPU-bound process, one
+    launch of the reference ran past 15 minutes (2026-12-03). "Ours" is this process and the
+    service processes named by `pids` (the launched server's threads are all in its /proc stat)."""
+
+    def __init__(self, pids: Callable[[], Sequence[int]], *, window_s: float = WATCH_WINDOW_S) -> None:
+        self.pids = pids
+        self.window_s = window_s
+        self._start: tuple[float, float, float, float] | None = None  # wall, busy, total, ours
+
+    def _sample(self) -> tuple[float, float, float, float] | None:
+        stat = _proc_stat()
+        if stat is None:
+            return None
+        ours = _own_cpu_s() + sum(_proc_cpu_s(p) for p in self.pids())
+        return time.monotonic(), stat[0], stat[1], ours
+
+    def __call__(self) -> None:
+        now = self._sample()
+        if now is None:
+            return
+        if self._start is None or now[0] - self._start[0] < self.window_s:
+            self._start = self._start or now
+            return
+        start, self._start = self._start, now
+        tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        total_s = (now[2] - start[2]) / tick
+        if total_s <= 0:
+            return
+        foreign = ((now[1] - start[1]) / tick - (now[3] - start[3])) / total_s
+        if foreign > BUSY_SHARE:
+            raise MachineBusyError(
+                f"other processes took {foreign:.0%} of the CPU time during the launch "
+                f"(over {now[0] - start[0]:.0f} s)"
+            )
 
 
 def _rcv(x: np.ndarray) -> float:

@@ -53,6 +53,7 @@ class GateRun:
         self.readings: list[Reading] = []
         self.problems: dict[int, str] = {}
         self._problem_launch: dict[int, int] = {}  # which launch each problem came from
+        self._busy_during: dict[int, str] = {}  # launch -> what the in-launch watch saw
         self.errors: list[str] = []
         self.warnings: list[str] = []
         self.comparisons: dict[int, PointComparison] = {}
@@ -164,6 +165,7 @@ class GateRun:
         for ctx in [c for c, n in self._problem_launch.items() if n == launch]:
             self.problems.pop(ctx, None)
             del self._problem_launch[ctx]
+        self._busy_during.pop(launch, None)
         info = self.launches[launch]
         self.launches[launch] = dataclasses.replace(info, discarded=f"machine busy: {why}")
 
@@ -192,6 +194,7 @@ class GateRun:
             log_dir=cfg.log_dir,
             progress=self.progress,
             detail=self.detail,
+            watch=cfg.control and not cfg.attached,  # attached: its CPU is not known to be ours
         )
         sess.launch = i
         if cfg.launches > 1 or i > 0:
@@ -199,6 +202,7 @@ class GateRun:
                 f"{'round' if cfg.attached else 'launch'} {i + 1}: ctx={', '.join(map(str, contexts))}"
             )
         info = LaunchInfo(i, "", not cfg.attached, contexts=contexts)
+        stopped: str | None = None
         try:
             sess.open()
             self.server, self.url = self.server or sess.server, sess.url
@@ -210,6 +214,9 @@ class GateRun:
                     self.progress(f"ctx={ctx}: invalid measurement: {got}")
                 else:
                     self.points.append(got)
+        except control.MachineBusyError as e:
+            stopped = f"launch {i + 1} (during): {e}"
+            self.progress(f"machine busy during launch {i + 1}: {e}; launch stopped")
         except ServiceError as e:
             info = LaunchInfo(i, info.url, info.launched, info.startup_s, contexts, str(e))
             raise
@@ -225,7 +232,10 @@ class GateRun:
             return None
         mine = [r for r in self.readings if r.launch == i]
         mc = control.check(None, mine, tolerance=cfg.machine_tolerance)
-        return list(mc.lines) if mc.status == "busy" else None
+        busy = ([stopped] if stopped else []) + (list(mc.lines) if mc.status == "busy" else [])
+        if stopped:
+            self._busy_during[i] = stopped  # conclude() reads it, _discard() forgets it
+        return busy or None
 
     # -- judging (pure over what was measured) -------------------------------------------------
     def judge(self) -> dict[int, PointComparison]:
@@ -306,6 +316,9 @@ class GateRun:
             mc = control.check(self._stored_control(), self.readings, tolerance=cfg.machine_tolerance)
             if cfg.update and mc.status == "unchecked":
                 mc = MachineCheck("ok", ("refresh: this run's control readings become the baseline's",))
+            if self._busy_during:
+                lines = (*self._busy_during.values(), *(mc.lines if mc.status == "busy" else ()))
+                mc = MachineCheck("busy", tuple(lines))
             elif mc.status == "unchecked" and cfg.baseline is None and self.readings:
                 # Nothing stored to compare with (a sweep without a baseline, or a provisional
                 # curve): busyness was checked, the machine's identity cannot be.

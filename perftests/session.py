@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perftests.config import Settings
+from perftests.control import BusyWatch, session_pids
 from perftests.errors import PerftestsError, ServiceError
 from perftests.measure import MeasurementError, Point, TwoPointMeter
 from perftests.profiles import Profile
@@ -32,6 +33,7 @@ class PerfSession:
     url: str = ""
     launched: bool = False
     startup_s: float | None = None
+    watch: bool = False  # stop the launch when other processes take the machine (control.BusyWatch)
     _meter: TwoPointMeter | None = None
 
     def open(self) -> Service:
@@ -63,7 +65,7 @@ class PerfSession:
                 long_tokens=s.long_tokens,
                 cache_mode=s.cache_mode,
                 max_retries=s.max_retries,
-                before_request=service.check_alive,
+                before_request=_between_requests(service, self.watch),
                 context_window=_context_window(self.server),
             )
         return self._meter
@@ -117,3 +119,18 @@ def _context_window(server: dict[str, object]) -> int | None:
     args = server.get("args")
     n = args.get("n_ctx") if isinstance(args, dict) else None
     return n if isinstance(n, int) and n > 0 else None
+
+
+def _between_requests(service: Service, watch: bool) -> Callable[[], None]:
+    """What runs before each request: the service is alive, and (launched, with the control on)
+    the machine is not taken by other processes."""
+    if not watch or service.process is None:
+        return service.check_alive
+    sid = service.process.pid  # started with start_new_session: it leads its own session
+    busy = BusyWatch(lambda: session_pids(sid))
+
+    def check() -> None:
+        service.check_alive()
+        busy()
+
+    return check

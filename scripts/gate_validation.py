@@ -75,6 +75,11 @@ def one_run(cfg: RunConfig, quiet: bool = True) -> dict[str, Any]:
         "ratio_high": {str(c.context): round(c.ratio_high, 4) for c in rec.comparisons},
         "mde": {str(c.context): round(c.mde, 4) for c in rec.comparisons},
         "status": {str(c.context): c.status for c in rec.comparisons},
+        "shapes": {
+            str(x.context): {"ratio": round(x.ratio, 4), "high": round(x.ratio_high, 4), "status": x.status}
+            for x in (rec.verdict.shapes if rec.verdict else [])
+        },
+        "discarded": sum(x.discarded is not None for x in rec.launches),
         "launch_tps": {str(k): v for k, v in sorted(by_launch.items())},
         "control": [r.to_dict() for r in rec.control],
         "machine": rec.machine_check.to_dict() if rec.machine_check else None,
@@ -152,6 +157,9 @@ def analyse(res: dict[str, Any]) -> dict[str, Any]:
             if len(xs) > 2:
                 row[f"sd_over_{m}"] = round(float(np.std(y - ctl, ddof=1)), 4)
                 row[f"spearman_{m}"] = round(float(sps.spearmanr(y, ctl).statistic), 3)
+        ref = contexts[0]
+        q = [np.log(t[c] / t[ref]) for t, _ in launches if c in t and ref in t]
+        row["sd_quotient"] = round(float(np.std(q, ddof=1)), 4) if c != ref and len(q) > 1 else None
         sd = row["sd_raw"] or 0.05
         K = res.get("refresh_launches", 5)
         row["launches_for_5pct"] = launches_needed(sd, K, 0.05, df=float(max(K - 1, 1)) + len(xs) - 1)

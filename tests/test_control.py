@@ -105,3 +105,28 @@ def test_the_real_workload_sees_a_competing_process():
     assert busy.foreign_cpu is not None and busy.foreign_cpu > control.BUSY_SHARE, busy
     assert check(None, [busy], tolerance=0.15).status == "busy"
     assert busy.cpu_gflops < quiet.cpu_gflops  # and the workload itself slowed
+
+
+def _spin_calling(watch: control.BusyWatch, seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        sum(range(20000))  # our own work: never counted against the machine
+        watch()
+
+
+def test_the_in_launch_watch_stops_on_a_competitor_but_not_on_the_service_or_ourselves():
+    _spin_calling(control.BusyWatch(lambda: [], window_s=1.0), 2.5)  # quiet: no error
+    # One CPU-bound process per core: the machine's share is what counts, whatever its size.
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+    try:
+        time.sleep(0.5)
+        pids = [h.pid for h in hogs]
+        # As processes of the service's session, the same CPU is ours: no error.
+        _spin_calling(control.BusyWatch(lambda: pids, window_s=1.0), 2.5)
+        assert hogs[0].pid in control.session_pids(os.getsid(hogs[0].pid))
+        with pytest.raises(control.MachineBusyError, match="other processes took"):
+            _spin_calling(control.BusyWatch(lambda: [], window_s=1.0), 5.0)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()

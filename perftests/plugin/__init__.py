@@ -129,6 +129,11 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -
         extra = f"{props['perf_tps']:.1f} tok/s"
         if "perf_ratio" in props:
             extra += f", ratio {props['perf_ratio']:.3f} {props.get('perf_status', '')}"
+        if "perf_shape_ratio" in props:  # the within-launch quotient (shape.py)
+            extra += (
+                f"; within launch {props['perf_shape_ratio']:.3f} of ctx "
+                f"{props['perf_shape_reference']}'s {props.get('perf_shape_status', '')}"
+            )
     else:
         extra = f"verdict: {props['perf_verdict']}"
     word = "PASSED" if report.passed else "FAILED"

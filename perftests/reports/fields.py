@@ -47,6 +47,14 @@ def point_properties(r: PointResult, verdict: str | None = None) -> list[tuple[s
             props.append(("baseline_acceptance_length", _num(c.expected_acceptance, 3)))
         if c.expected_step_ms is not None:
             props.append(("baseline_step_ms", _num(c.expected_step_ms, 3)))
+    if r.shape is not None:
+        props += [
+            ("shape_reference", r.shape.reference),
+            ("shape_ratio", _num(r.shape.ratio, 4)),
+            ("shape_ratio_ci_low", _num(r.shape.ratio_low, 4)),
+            ("shape_ratio_ci_high", _num(r.shape.ratio_high, 4)),
+            ("shape_status", r.shape.status),
+        ]
     props.append(("status", r.status))
     if verdict:
         props.append(("verdict", verdict))

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from perftests.record import RunRecord
+from perftests.shape import ShapeComparison
 
 MARK = {
     "pass": "pass",
@@ -35,6 +36,13 @@ def artifact_link(name: str | None = None) -> str | None:
     return f"[{label}]({server}/{repo}/actions/runs/{run}#artifacts)"
 
 
+def _shape(s: ShapeComparison | None) -> str:
+    """The within-launch quotient's ratio to the baseline's (shape.py), and its status."""
+    if s is None:
+        return "–"
+    return f"{s.ratio:.3f} of ctx {s.reference}'s ({s.ratio_low:.3f}–{s.ratio_high:.3f}) {MARK[s.status]}"
+
+
 def section(record: RunRecord, *, plot: Path | None = None, record_path: Path | None = None) -> str:
     v, o = record.verdict, record.outcome
     if o is not None and o.kind.value in ("run error", "machine"):
@@ -59,8 +67,9 @@ def section(record: RunRecord, *, plot: Path | None = None, record_path: Path | 
         )
         out.append("")
     out += [
-        "| context | tok/s | launches | baseline | ratio | ratio 95% CI | catches | accept | status |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|:---|",
+        "| context | tok/s | launches | baseline | ratio | ratio 95% CI | catches | accept | status "
+        "| within launch |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|:---|:---|",
     ]
     for r in record.results():
         e, c = r.estimate, r.comparison
@@ -73,7 +82,7 @@ def section(record: RunRecord, *, plot: Path | None = None, record_path: Path | 
             f"{e.launches if e else '–'} | {_f(c.expected if c else None, '.1f')} | "
             f"{_f(c.ratio if c else None, '.3f')} | {rci} | "
             f"{_f(-c.detectable_drop if c else None, '.1%')} | {acc} | "
-            f"{MARK.get(r.status, r.status)} |"
+            f"{MARK.get(r.status, r.status)} | {_shape(r.shape)} |"
         )
     out.append("")
     if v:
