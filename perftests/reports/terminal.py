@@ -23,9 +23,11 @@ def _f(x: float | None, fmt: str) -> str:
 def curve_table(record: RunRecord) -> str:
     """Per context: the launch-level figure (geometric mean of the launches' medians), the
     launches' range, the within-launch spread, and the engine's own figures."""
+    streamed = any(p.stream for p in record.points)  # the column only when --stream-check ran
     head = (
         f"{'context':>8} {'tok/s':>9} {'launches':>8} {'launch range':>17} {'rCV':>6} "
-        f"{'n':>4} {'engine tok/s':>12} {'accept':>7} {'step ms':>8} {'span':>5} {'stream':>7}"
+        f"{'n':>4} {'engine tok/s':>12} {'accept':>7} {'step ms':>8} {'span':>5}"
+        + (f" {'stream':>7}" if streamed else "")
     )
     lines = [head, "-" * len(head)]
     notes: list[str] = []
@@ -44,7 +46,7 @@ def curve_table(record: RunRecord) -> str:
             lines.append(
                 f"{ctx:>8} {e.tps:>9.1f} {e.launches:>8} {rng:>17} {_f(e.within_rcv, '.1%'):>6} "
                 f"{e.pairs:>4} {_f(e.engine_tps, '.1f'):>12} {_f(e.acceptance, '.2f'):>7} "
-                f"{_f(e.step_ms, '.2f'):>8} {span:>5} {_f(stream, '.1f'):>7}"
+                f"{_f(e.step_ms, '.2f'):>8} {span:>5}" + (f" {_f(stream, '.1f'):>7}" if streamed else "")
             )
         for p in pts:
             tag = f"ctx={ctx}" + (f" launch {p.launch + 1}" if len(pts) > 1 else "")
