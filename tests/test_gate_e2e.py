@@ -58,7 +58,7 @@ def _profile(
         f"name: gate-ref\nengine: llamacpp\nservice:\n  launch:\n    argv: [{quoted}]\n"
         f"    startup_timeout_s: 900\nsweep:\n  contexts: {CONTEXTS}\n"
         f"defaults:\n  repeats: 5\n  warmup: 1\n  tolerance: 0.20\n  reruns: 1\n"
-        f"  refresh_launches: 3\n  launch_noise: 0.15\n"
+        f"  refresh_launches: 3\n  launch_noise: 0.15\n  shape_noise: 0.12\n"
     )
     return dir
 
