@@ -121,6 +121,25 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
+def cmd_ab(args: argparse.Namespace) -> int:
+    """Same-runner A/B (ab.py): A and B launched alternately here, judged pair by pair."""
+    from perftests.ab import ABRun, resolve_ab
+
+    values = options.from_cli(args)
+    values["profile_dir"] = [*(args.top_profile_dir or []), *(values.get("profile_dir") or [])]
+    a, b, ab = resolve_ab(values, Path.cwd())
+    run = ABRun(
+        a, b, ab, progress=_say, detail=_say if args.verbose else None, warn=lambda m: _say(f"WARNING: {m}")
+    )
+    outcome = run.execute()
+    record = run.record()
+    print(plain(summary(record)))
+    paths = ReportPaths.of(a.profile.name, json=args.json, junit=args.junit, plot=args.plot, stem="ab")
+    for note in write_all([record], paths):
+        _say(note)
+    return outcome.exit_code
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     """B against A: A's points become the baseline, B is judged as the gate would judge it."""
     from perftests import baseline as bl
@@ -285,6 +304,16 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("-v", "--verbose", action="store_true", help="show every pair as it completes")
     w.add_argument("--no-baseline", action="store_true", help="measure only: no ratios, no verdict")
     w.set_defaults(fn=cmd_sweep)
+
+    ab = sub.add_parser(
+        "ab",
+        help="same-runner A/B: a base and a candidate launched alternately (random ABBA order) "
+        "on this machine, each launch one sample; per context SAME / SLOWER / FASTER / UNKNOWN, "
+        "more pairs while unknown; exit status as a gate run's",
+    )
+    options.add_to_cli(ab, "service", "measure", "ab", "output")
+    ab.add_argument("-v", "--verbose", action="store_true", help="show every pair as it completes")
+    ab.set_defaults(fn=cmd_ab)
 
     c = sub.add_parser(
         "compare", help="compare run B with run A (A as the baseline): per-point ratios and the verdict of B"

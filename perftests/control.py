@@ -456,9 +456,9 @@ def check(stored: ControlRange | None, readings: Sequence[Reading], *, tolerance
 
     busy: other processes took a large share of the CPU (or the GPUs had other processes) during
     a reading, or the control's own repetitions were jumpy (drift() warns of the rest).
-    differs: the run's control figures lie outside the baseline's readings widened by
-    `tolerance`, or the GPUs' power limit or maximum clock differ. Busy is checked first: a
-    busy machine also measures low."""
+    differs: the run's control figures lie below the baseline's readings widened by `tolerance`
+    (above them is said in the lines, not refused), or the GPUs' power limit or maximum clock
+    differ. Busy is checked first: a busy machine also measures low."""
     if not readings:
         return MachineCheck("unchecked", ("no machine control was measured",))
     busy: list[str] = []
@@ -489,11 +489,17 @@ def check(stored: ControlRange | None, readings: Sequence[Reading], *, tolerance
         med, ref_med = float(np.median(mine)), float(np.median(ref))
         ratios[m] = med / ref_med
         lo, hi = min(ref) * (1 - tolerance), max(ref) * (1 + tolerance)
-        inside = lo <= med <= hi
-        differs |= not inside
+        # Only a slower machine is refused: it is what would read as a false regression. Above
+        # the range is said, not refused: a quiet 2-core VM's memory copy read 1.30x its own
+        # baseline's three launches one CI run later (2026-12-04), and a faster machine can hide
+        # a uniform drop but not invent one (the within-launch shape test is unaffected).
+        below, above = med < lo, med > hi
+        differs |= below
         lines.append(
             f"{LABELS[m]}: {med:.1f} now, baseline {min(ref):.1f}-{max(ref):.1f} "
-            f"({ratios[m]:.2f}x; allowed {lo:.1f}-{hi:.1f})" + ("" if inside else ": OUTSIDE")
+            f"({ratios[m]:.2f}x; allowed {lo:.1f}-{hi:.1f})"
+            + (": OUTSIDE (slower)" if below else "")
+            + (": above (a faster machine may hide a uniform drop of its size)" if above else "")
         )
     gpus_now = next((r.gpus for r in readings if r.gpus), ())
     for ref_g, g in zip(stored.gpus, gpus_now, strict=False):

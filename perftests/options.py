@@ -19,7 +19,7 @@ DEFAULT_HW = "cpu-reference"
 class Option:
     name: str  # value key, and the flag after `--perf-` (pytest) or `--` (CLI)
     help: str
-    groups: frozenset[str]  # service, measure, judge, output: which CLI commands take it
+    groups: frozenset[str]  # service, measure, judge, ab, output: which CLI commands take it
     type: Callable[[str], Any] | None = None
     action: str | None = None
     choices: tuple[str, ...] | None = None
@@ -166,7 +166,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "tolerance",
         "allowed relative drop before a point can fail (default: the profile's)",
-        _g("judge"),
+        _g("judge", "ab"),
         type=float,
         metavar="FRACTION",
     ),
@@ -177,6 +177,55 @@ OPTIONS: tuple[Option, ...] = (
         type=int,
         metavar="N",
     ),
+    Option(
+        "ab-candidate",
+        "A/B: judge this profile's service (B) against the run's (A), launched alternately on this machine",
+        _g("ab"),
+        metavar="HW",
+    ),
+    Option(
+        "ab-candidate-url",
+        "A/B: B is the running service at URL (A: --service-url or the profile's)",
+        _g("ab"),
+        metavar="URL",
+    ),
+    Option(
+        "ab-env",
+        "A/B: B is A launched with this environment variable set (repeatable)",
+        _g("ab"),
+        action="append",
+        metavar="KEY=VALUE",
+    ),
+    Option(
+        "ab-arg",
+        "A/B: B is A launched with this extra argument (repeatable)",
+        _g("ab"),
+        action="append",
+        metavar="ARG",
+    ),
+    Option(
+        "ab-replace",
+        "A/B: B is A launched with OLD replaced by NEW in its command, e.g. "
+        "'{model:target}={model:target@n_layer=5}' (repeatable)",
+        _g("ab"),
+        action="append",
+        metavar="OLD=NEW",
+    ),
+    Option(
+        "ab-pairs",
+        "A/B: pairs of launches before the first decision (default 4, two ABBA blocks)",
+        _g("ab"),
+        type=int,
+        metavar="N",
+    ),
+    Option(
+        "ab-max-pairs",
+        "A/B: the budget: pairs at most while a context is unknown (default 10)",
+        _g("ab"),
+        type=int,
+        metavar="N",
+    ),
+    Option("ab-seed", "A/B: seed of the random block order (default: random, recorded)", _g("ab"), type=int),
     Option(
         "json",
         "write the run record here (default .perftests/last-run-<hw>.json)",

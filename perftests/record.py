@@ -123,6 +123,52 @@ class PointResult:
         return self.comparison.status
 
 
+@dataclass(frozen=True)
+class ABInfo:
+    """What makes a record an A/B (ab.py): the two sides, the order of their launches, the
+    pairs and the budget, and A's whole record (every raw request of the base)."""
+
+    base: str
+    candidate: str
+    order: tuple[str, ...]  # blocks as run, e.g. ("ABBA", "BAAB")
+    seed: int
+    pairs: int
+    first_pairs: int
+    max_pairs: int
+    needed: int | None  # pairs the noise seen says would resolve the tolerance (10**6: > 200)
+    mann_whitney: dict[int, float]  # ctx -> two-sided p of the launch medians (a cross-check)
+    reference: RunRecord  # A
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "base": self.base,
+            "candidate": self.candidate,
+            "order": list(self.order),
+            "seed": self.seed,
+            "pairs": self.pairs,
+            "first_pairs": self.first_pairs,
+            "max_pairs": self.max_pairs,
+            "needed": self.needed,
+            "mann_whitney": {str(k): v for k, v in self.mann_whitney.items()},
+            "reference": self.reference.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ABInfo:
+        return cls(
+            str(d["base"]),
+            str(d["candidate"]),
+            tuple(d["order"]),
+            int(d["seed"]),
+            int(d["pairs"]),
+            int(d["first_pairs"]),
+            int(d["max_pairs"]),
+            d.get("needed"),
+            {int(k): float(v) for k, v in (d.get("mann_whitney") or {}).items()},
+            RunRecord.from_dict(d["reference"]),
+        )
+
+
 @dataclass
 class RunRecord:
     profile: str
@@ -149,6 +195,7 @@ class RunRecord:
     warnings: list[str] = field(default_factory=list)
     problems: dict[int, str] = field(default_factory=dict)  # ctx -> why it has no judgement
     refresh: str | None = None  # the old-vs-new table when this run rewrote the baseline
+    ab: ABInfo | None = None  # an A/B run: this is B, judged against A (inside it) pair by pair
 
     @property
     def name(self) -> str:
@@ -207,6 +254,7 @@ class RunRecord:
             "warnings": self.warnings,
             "problems": {str(k): v for k, v in self.problems.items()},
             "refresh": self.refresh,
+            "ab": self.ab.to_dict() if self.ab else None,
         }
 
     @classmethod
@@ -248,6 +296,7 @@ class RunRecord:
                 warnings=list(d.get("warnings") or []),
                 problems={int(k): str(v) for k, v in (d.get("problems") or {}).items()},
                 refresh=d.get("refresh"),
+                ab=ABInfo.from_dict(d["ab"]) if d.get("ab") else None,
             )
         except (KeyError, TypeError, ConfigError) as e:
             raise ValueError(f"malformed run record: missing or invalid field {e}") from None

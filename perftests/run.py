@@ -121,10 +121,26 @@ class GateRun:
             self.errors.append(str(e))
             self.progress(f"ERROR: {e}")  # the cause of exit 2 belongs beside the progress lines
         finally:
-            if self._attached is not None:
-                self._attached.close()
-                self._attached = None
+            self.close()
         return self.conclude()
+
+    def add_launch(self, contexts: tuple[int, ...]) -> bool:
+        """One more launch measuring `contexts`, for a campaign that orders launches itself (the
+        A/B mode): busy retries as in execute(); False when the machine stayed busy. A service
+        failure raises ServiceError."""
+        return self._launch(contexts)
+
+    def machine_quiet(self) -> bool:
+        """No launch so far was stopped or left busy."""
+        if self._busy_during:
+            return False
+        return control.check(None, self.readings, tolerance=self.config.machine_tolerance).status != "busy"
+
+    def close(self) -> None:
+        """Close an attached session kept open between rounds (launched ones close per launch)."""
+        if self._attached is not None:
+            self._attached.close()
+            self._attached = None
 
     def _pending(self) -> list[int]:
         """Contexts still inconclusive: points, and both ends of an inconclusive quotient (it is

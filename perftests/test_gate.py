@@ -15,12 +15,13 @@ from collections.abc import Callable
 
 import pytest
 
+from perftests.ab import ABRun
 from perftests.outcome import Outcome, OutcomeKind
 from perftests.record import PointResult
 from perftests.run import GateRun
 
 
-def test_decode_throughput(perf_point: PointResult, perf_run: GateRun) -> None:
+def test_decode_throughput(perf_point: PointResult, perf_run: GateRun | ABRun) -> None:
     r = perf_point
     if r.problem:
         pytest.fail(r.problem, pytrace=False)
@@ -40,7 +41,7 @@ def test_decode_throughput(perf_point: PointResult, perf_run: GateRun) -> None:
 
 
 def test_curve_verdict(
-    perf_run: GateRun, perf_outcome: Outcome, record_property: Callable[[str, object], None]
+    perf_run: GateRun | ABRun, perf_outcome: Outcome, record_property: Callable[[str, object], None]
 ) -> None:
     o = perf_outcome
     record_property("perf_outcome", o.kind.value)

@@ -39,7 +39,14 @@ def test_same_machine_quiet_is_ok():
 def test_slower_machine_differs_with_numbers():
     mc = check(REF, [r(gflops=28.0), r("after", gflops=28.5)], tolerance=0.15)
     assert mc.status == "differs" and not mc.ok
-    assert any("OUTSIDE" in line and "28.2 now" in line for line in mc.lines)
+    assert any("OUTSIDE (slower)" in line and "28.2 now" in line for line in mc.lines)
+
+
+def test_faster_machine_is_said_not_refused():
+    # A faster machine cannot invent a regression; refusing it failed a CI run (copy 1.30x).
+    mc = check(REF, [r(gflops=60.0), r("after", gflops=61.0)], tolerance=0.15)
+    assert mc.status == "ok" and mc.ok
+    assert any("60.5 now" in line and "above" in line for line in mc.lines)
 
 
 @pytest.mark.parametrize(

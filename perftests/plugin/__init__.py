@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from perftests import options
+from perftests.ab import is_ab
 from perftests.errors import ConfigError
 from perftests.reports.terminal import summary
 from perftests.reports.write import ReportPaths, write_all
@@ -42,6 +43,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.getoption("perf_hw")
         or config.getoption("perf_service_url")
         or config.getoption("perf_update_baselines")
+        or is_ab(options.from_pytest(config))
     ):
         try:
             run_config(config)

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from perftests.ab import ABRun
 from perftests.errors import PerftestsError
 from perftests.outcome import Outcome, OutcomeKind
 from perftests.record import PointResult
@@ -38,13 +39,13 @@ def perf_target(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def perf_run(request: pytest.FixtureRequest, _perf_runs: None, perf_target: str) -> GateRun:
+def perf_run(request: pytest.FixtureRequest, _perf_runs: None, perf_target: str) -> GateRun | ABRun:
     """This target's gate run: configuration, launches, points, judgement, outcome."""
     return run_for(request.config, perf_target)
 
 
 @pytest.fixture
-def perf_outcome(request: pytest.FixtureRequest, perf_run: GateRun) -> Outcome:
+def perf_outcome(request: pytest.FixtureRequest, perf_run: GateRun | ABRun) -> Outcome:
     """The run's outcome, measuring first if no test has yet. A run error or a machine that is
     busy or not the baseline's raises here: an ERROR, not a FAIL."""
     outcome = perf_run.execute()
@@ -57,7 +58,7 @@ def perf_outcome(request: pytest.FixtureRequest, perf_run: GateRun) -> Outcome:
 
 @pytest.fixture
 def perf_point(
-    request: pytest.FixtureRequest, perf_run: GateRun, perf_outcome: Outcome, perf_context: int
+    request: pytest.FixtureRequest, perf_run: GateRun | ABRun, perf_outcome: Outcome, perf_context: int
 ) -> PointResult:
     """One context's result; its figures also go to pytest's junitxml as perf_* properties."""
     result = next(r for r in perf_run.record().results() if r.context == perf_context)

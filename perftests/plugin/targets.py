@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from perftests import options
+from perftests.ab import ABRun, ABSettings, is_ab, resolve_ab
 from perftests.config import RunConfig, resolve
 from perftests.errors import ConfigError
 from perftests.record import RunRecord
@@ -18,7 +19,8 @@ from .live import live
 
 _CONFIG = pytest.StashKey[RunConfig]()
 _TARGETS = pytest.StashKey[list["Target"]]()
-RUNS = pytest.StashKey[dict[str, GateRun]]()
+RUNS = pytest.StashKey[dict[str, GateRun | ABRun]]()
+_AB = pytest.StashKey[tuple[RunConfig, ABSettings] | None]()
 MERGED = pytest.StashKey[list[RunRecord]]()  # records sent back by xdist workers (fanout.py)
 OVERRIDES = pytest.StashKey[dict[str, int]]()  # from the `perf` marker (markers.py)
 
@@ -32,9 +34,16 @@ class Target:
 
 
 def run_config(config: pytest.Config) -> RunConfig:
-    """The run's validated configuration (profile, overrides, policies, baseline), once."""
+    """The run's validated configuration (profile, overrides, policies, baseline), once. In an
+    A/B run (--perf-ab-*) it is A's, and B's waits in the stash for run_for."""
     if _CONFIG not in config.stash:
-        config.stash[_CONFIG] = resolve(options.from_pytest(config), config.rootpath, mode="gate")
+        values = options.from_pytest(config)
+        if is_ab(values):
+            a, b, ab = resolve_ab(values, config.rootpath)
+            config.stash[_CONFIG], config.stash[_AB] = a, (b, ab)
+        else:
+            config.stash[_CONFIG] = resolve(values, config.rootpath, mode="gate")
+            config.stash[_AB] = None
     return config.stash[_CONFIG]
 
 
@@ -61,7 +70,9 @@ def targets(config: pytest.Config) -> list[Target]:
             f"--perf-service-url {dup} is given twice: two measurements would share "
             f"one service and corrupt each other"
         )
-    if len(urls) <= 1:
+    if config.stash.get(_AB, None) is not None:
+        found = [Target(name, urls[0] if urls else None)]  # resolve_ab refused several URLs
+    elif len(urls) <= 1:
         found = [Target(name, urls[0] if urls else None)]
     else:
         labels = [_label(u) for u in urls]
@@ -72,8 +83,8 @@ def targets(config: pytest.Config) -> list[Target]:
     return found
 
 
-def run_for(config: pytest.Config, target_name: str) -> GateRun:
-    """The gate run of one target, made on first use."""
+def run_for(config: pytest.Config, target_name: str) -> GateRun | ABRun:
+    """The gate run (or A/B run) of one target, made on first use."""
     runs = config.stash.setdefault(RUNS, {})
     if target_name in runs:
         return runs[target_name]
@@ -97,7 +108,15 @@ def run_for(config: pytest.Config, target_name: str) -> GateRun:
     def warn(msg: str) -> None:
         live(config, f"{prefix} WARNING: {msg}", yellow=True, bold=True)
 
-    run = GateRun(cfg, progress=progress, detail=detail, warn=warn)
+    ab = config.stash.get(_AB, None)
+    run: GateRun | ABRun
+    if ab is not None:
+        b = ab[0].with_overrides(repeats=over.get("repeats"), warmup=over.get("warmup")) if over else ab[0]
+        run = ABRun(
+            cfg.for_target("A", cfg.service_url), b, ab[1], progress=progress, detail=detail, warn=warn
+        )
+    else:
+        run = GateRun(cfg, progress=progress, detail=detail, warn=warn)
     runs[target.name] = run
     return run
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from perftests.compare import PointComparison
 from perftests.measure import Point
+from perftests.paired import WORDS
 from perftests.record import RunRecord
 from perftests.reports.fields import verdict_text
 from perftests.shape import ShapeComparison
@@ -68,10 +69,12 @@ def curve_table(record: RunRecord) -> str:
     return "\n".join(lines + ([""] + notes if notes else []))
 
 
-def comparison_table(comparisons: list[PointComparison]) -> str:
+def comparison_table(comparisons: list[PointComparison], *, ab: bool = False) -> str:
+    """Each point against the baseline; `ab`: B against A from paired launches (paired.py)."""
     head = (
-        f"{'context':>8} {'tok/s':>9} {'baseline':>9} {'ratio':>7} {'95% CI':>15} "
-        f"{'catches':>8} {'k/K':>5} {'noise':>7} {'accept':>11} {'status':>12}"
+        f"{'context':>8} {'B tok/s' if ab else 'tok/s':>9} {'A tok/s' if ab else 'baseline':>9} "
+        f"{'B/A' if ab else 'ratio':>7} {'95% CI':>15} "
+        f"{'catches':>8} {'pairs' if ab else 'k/K':>5} {'noise':>7} {'accept':>11} {'status':>12}"
     )
     lines = [head, "-" * len(head)]
     for c in sorted(comparisons, key=lambda c: c.context):
@@ -82,12 +85,19 @@ def comparison_table(comparisons: list[PointComparison]) -> str:
         lines.append(
             f"{c.context:>8} {c.measured:>9.1f} {base:>9} {c.ratio:>7.3f} "
             f"{f'[{c.ratio_low:.3f},{c.ratio_high:.3f}]':>15} {f'-{c.detectable_drop:.1%}':>8} "
-            f"{f'{c.launches}/{c.baseline_launches}':>5} "
-            f"{f'{c.noise_sd:.1%}' + ('' if c.noise_source == 'launches' else '~'):>7} "
-            f"{acc:>11} {c.status.upper():>12}"
+            f"{c.launches if ab else f'{c.launches}/{c.baseline_launches}':>5} "
+            f"{_f(c.noise_sd, '.1%') + ('' if c.noise_source == 'launches' else '~'):>7} "
+            f"{acc:>11} {_status(c.status, ab):>12}"
         )
     if any(c.source == "model" for c in comparisons):
         lines.append("* predicted by the baseline's fitted model: the baseline never measured this context")
+    if ab:
+        lines.append(
+            "pairs: adjacent A/B launches; noise: sd of the paired log ratio; 95% CI: paired t, "
+            "Bonferroni over the run's tests; SAME: the interval excludes a drop of the tolerance; "
+            "catches: the smallest drop this many pairs can call SLOWER"
+        )
+        return "\n".join(lines)
     lines.append(
         "catches: the smallest drop that fails at this point (tolerance or noise, the larger);"
         " k/K: launches of this run / of the baseline; noise: between-launch sd"
@@ -100,28 +110,43 @@ def comparison_table(comparisons: list[PointComparison]) -> str:
     return "\n".join(lines)
 
 
-def shape_table(shapes: list[ShapeComparison]) -> str:
+def _status(status: str, ab: bool) -> str:
+    return WORDS.get(status, status.upper()) if ab else status.upper()
+
+
+def shape_table(shapes: list[ShapeComparison], *, ab: bool = False) -> str:
     """Each context as a share of the shortest one within the same launch, against the baseline's:
     the machine's uniform swing cancels in it, a cost growing with context does not."""
     ref = shapes[0].reference if shapes else 0
     head = (
-        f"{'context':>8} {f'/ctx {ref}':>9} {'baseline':>9} {'ratio':>7} {'95% CI':>15} "
-        f"{'catches':>8} {'k/K':>5} {'noise':>7} {'status':>12}"
+        f"{'context':>8} {f'/ctx {ref}':>9} {'A' if ab else 'baseline':>9} "
+        f"{'B/A' if ab else 'ratio':>7} {'95% CI':>15} "
+        f"{'catches':>8} {'pairs' if ab else 'k/K':>5} {'noise':>7} {'status':>12}"
     )
     lines = [head, "-" * len(head)]
     for s in shapes:
         lines.append(
             f"{s.context:>8} {s.measured:>9.3f} {s.expected:>9.3f} {s.ratio:>7.3f} "
             f"{f'[{s.ratio_low:.3f},{s.ratio_high:.3f}]':>15} {f'-{s.detectable_drop:.1%}':>8} "
-            f"{f'{s.launches}/{s.baseline_launches}':>5} "
-            f"{f'{s.noise_sd:.1%}' + ('' if s.noise_source == 'launches' else '~'):>7} "
-            f"{s.status.upper():>12}"
+            f"{s.launches if ab else f'{s.launches}/{s.baseline_launches}':>5} "
+            f"{_f(s.noise_sd, '.1%') + ('' if s.noise_source == 'launches' else '~'):>7} "
+            f"{_status(s.status, ab):>12}"
         )
+    if ab:
+        lines.append(
+            f"within launches: tok/s at each context over tok/s at ctx={ref} of the same launch, "
+            f"B's over A's pair by pair: a cost growing with context shows here"
+        )
+        return "\n".join(lines)
     lines.append(
         f"within launches: tok/s at each context over tok/s at ctx={ref} of the same launch (the "
         f"machine's uniform swing cancels); ratio: this run's over the baseline's"
     )
     return "\n".join(lines)
+
+
+def _fit(line: str) -> list[str]:
+    return wrap(line) if len(line) > WIDTH else [line]
 
 
 def wrap(text: str, indent: str = "    ") -> list[str]:
@@ -142,6 +167,28 @@ def summary(record: RunRecord, *, baseline_label: str | None = None) -> list[Lin
     out: list[Line] = [("=", f"perftests: {record.name} ({record.engine})")]
     if record.target and record.target != record.profile:
         out.append(("", f"profile {record.profile}, service {record.service_url}"))
+    ab = record.ab
+    if ab is not None:
+        blocks = " ".join(ab.order) or "-"
+        out += [("", line) for line in wrap(f"A/B on one machine: A = {ab.base}; B = {ab.candidate}")]
+        out += [
+            ("", line)
+            for line in wrap(
+                f"launches in order {blocks} (seed {ab.seed}): {ab.pairs} pairs, first "
+                f"{ab.first_pairs}, budget {ab.max_pairs}"
+                + (
+                    f"; the noise seen needs about "
+                    f"{'more than 200' if ab.needed == 10**6 else ab.needed} pairs to resolve "
+                    f"the tolerance"
+                    if ab.needed
+                    else ""
+                )
+            )
+        ]
+        if ab.reference.points:
+            out.append(("-", f"A: {ab.base}"))
+            out += [("", w) for line in curve_table(ab.reference).splitlines() for w in _fit(line)]
+            out.append(("-", f"B: {ab.candidate}"))
     if record.points:
         for line in curve_table(record).splitlines():
             out += [("", w) for w in (wrap(line) if len(line) > WIDTH else [line])]
@@ -159,10 +206,17 @@ def summary(record: RunRecord, *, baseline_label: str | None = None) -> list[Lin
     if judged and ja is not None:
         tag = " PROVISIONAL" if record.baseline and record.baseline.provisional else ""
         label = baseline_label or _rel(ja.path)
-        out.append(("-", f"against{tag} baseline {label}"))
-        table = comparison_table(judged)
+        if ab is not None:
+            out.append(("-", "B against A, launch pairs"))
+        else:
+            out.append(("-", f"against{tag} baseline {label}"))
+        table = comparison_table(judged, ab=ab is not None)
         if record.verdict is not None and record.verdict.shapes:
-            table += "\n" + shape_table(record.verdict.shapes)
+            table += "\n" + shape_table(record.verdict.shapes, ab=ab is not None)
+        if ab is not None and ab.mann_whitney:
+            table += "\nMann-Whitney U on the launch medians (unpaired cross-check), two-sided p: " + (
+                ", ".join(f"ctx={c} {p:.3f}" for c, p in sorted(ab.mann_whitney.items()))
+            )
         for line in table.splitlines():
             out += [("", w) for w in (wrap(line) if len(line) > WIDTH else [line])]
     o = record.outcome
