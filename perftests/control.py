@@ -236,8 +236,11 @@ def _gpus() -> tuple[GpuState, ...]:
     except (OSError, subprocess.SubprocessError):
         return ()
     per_uuid: dict[str, int] = {}
+    me = str(os.getpid())
     for line in apps.strip().splitlines():
-        uuid = line.split(",")[0].strip()
+        uuid, _, pid = (x.strip() for x in line.partition(","))
+        if pid == me:  # this process's own CUDA context, left by _gpu_copy_gbs: not another process
+            continue
         per_uuid[uuid] = per_uuid.get(uuid, 0) + 1
     gpus = []
     for line in out.strip().splitlines():
