@@ -346,7 +346,7 @@ class ABRun:
             except ConfigError as e:
                 problems.setdefault(0, f"A cannot serve as the reference: {e}")
             if self.comparisons and self._base is not None:
-                self.verdict = classify(list(self.comparisons.values()), self._base, self.shapes)
+                self.verdict = classify(list(self.comparisons.values()), self._base, self.shapes, ab=True)
         self.outcome = conclude(
             policy=self.config.policy,
             errors=errors,

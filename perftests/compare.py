@@ -33,7 +33,7 @@ PRIOR_DF = 4.0  # weight of the profile's launch_noise, in degrees of freedom
 ALPHA = 0.05  # two-sided, for the whole run (Bonferroni over its points)
 
 Status = Literal["pass", "fail", "inconclusive", "improved"]
-NoiseSource = Literal["launches", "profile"]
+NoiseSource = Literal["launches", "profile", "pairs"]  # pairs: an A/B's paired launches
 
 
 @dataclass(frozen=True)
@@ -99,10 +99,19 @@ class PointComparison:
 
     def describe(self) -> str:
         src = "" if self.source == "baseline" else " (from the fitted model: not a baseline point)"
+        level = f"{1 - ALPHA / self.family:.2%} interval"
+        if self.noise_source == "pairs":
+            return (
+                f"ctx={self.context}: B {self.measured:.1f} tok/s vs A {self.expected:.1f}, B/A "
+                f"{self.ratio:.3f} [{self.ratio_low:.3f}, {self.ratio_high:.3f}] ({self.launches} "
+                f"pairs of launches, sd of the paired log ratio {self.noise_sd:.1%}, {level}), "
+                f"tolerance -{self.tolerance:.0%}, detectable drop {self.detectable_drop:.1%}: "
+                f"{self.status.upper()}"
+            )
         noise = (
             f"launch noise {self.noise_sd:.1%} from "
             + ("the launches" if self.noise_source == "launches" else "the profile (assumed)")
-            + f", {1 - ALPHA / self.family:.2%} interval"
+            + f", {level}"
         )
         return (
             f"ctx={self.context}: {self.measured:.1f} tok/s vs {self.expected:.1f}{src}, "

@@ -142,7 +142,7 @@ def compare_pairs(
         baseline_launches=d.n,
         noise_sd=d.sd if d.sd is not None else math.nan,
         noise_df=max(d.n - 1, 0),
-        noise_source="launches",
+        noise_source="pairs",
         family=family,
     )
 
@@ -188,7 +188,7 @@ def compare_pair_shapes(
                 baseline_launches=d.n,
                 noise_sd=d.sd if d.sd is not None else math.nan,
                 noise_df=max(d.n - 1, 0),
-                noise_source="launches",
+                noise_source="pairs",
                 family=family,
             )
         )

@@ -53,6 +53,15 @@ class ShapeComparison:
         return max(self.tolerance, self.mde)
 
     def describe(self) -> str:
+        if self.noise_source == "pairs":
+            return (
+                f"ctx={self.context} relative to ctx={self.reference} in the same launch: B "
+                f"{self.measured:.3f} vs A {self.expected:.3f}, B/A {self.ratio:.3f} "
+                f"[{self.ratio_low:.3f}, {self.ratio_high:.3f}] ({self.launches} pairs of launches, "
+                f"sd of the paired log ratio {self.noise_sd:.1%}, "
+                f"{1 - ALPHA / self.family:.2%} interval), detectable drop "
+                f"{self.detectable_drop:.1%}: {self.status.upper()}"
+            )
         noise = (
             f"launch noise of the quotient {self.noise_sd:.1%} from "
             + ("the launches" if self.noise_source == "launches" else "the profile (assumed)")

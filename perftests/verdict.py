@@ -98,10 +98,15 @@ def _pct(x: float) -> str:
 
 
 def classify(
-    points: list[PointComparison], baseline: Baseline, shapes: list[ShapeComparison] | None = None
+    points: list[PointComparison],
+    baseline: Baseline,
+    shapes: list[ShapeComparison] | None = None,
+    *,
+    ab: bool = False,
 ) -> CurveVerdict:
     """The curve's verdict from its per-point comparisons and, where the run and the baseline
-    have launches to pair, the within-launch shape quotients (shape.py)."""
+    have launches to pair, the within-launch shape quotients (shape.py). With `ab`, the
+    comparisons are a same-runner A/B's (B against A, paired.py): the same verdict, in its words."""
     pts = sorted(points, key=lambda p: p.context)
     tol = max((p.tolerance for p in pts), default=0.05)
     v = CurveVerdict(Kind.PASS, pts, provisional=baseline.provisional, shapes=list(shapes or []))
@@ -113,14 +118,14 @@ def classify(
     shape_fail = v.shape_failures
     shape_open = [s for s in v.shapes if s.status == "inconclusive"]
     ratios = ", ".join(f"{p.context}: {p.ratio:.3f}" for p in pts)
-    v.lines.append(f"ratio measured/baseline per context: {ratios}")
+    v.lines.append(f"ratio {'B/A' if ab else 'measured/baseline'} per context: {ratios}")
     if v.shapes:
         v.lines.append(
             f"within each launch, relative to ctx={v.shapes[0].reference}: "
             + ", ".join(
                 f"{s.context}: {s.ratio:.3f} [{s.ratio_low:.3f}, {s.ratio_high:.3f}]" for s in v.shapes
             )
-            + " of the baseline's"
+            + (" of A's" if ab else " of the baseline's")
         )
     v.measured_model = _measured_model(pts, baseline)
 
@@ -165,11 +170,17 @@ def classify(
                 "drops beyond tolerance that the noise could explain, after re-measuring: "
                 + "; ".join([p.describe() for p in inconclusive] + [s.describe() for s in shape_open])
             )
-            v.lines.append("add launches (--perf-launches) or quiet the machine to decide")
+            v.lines.append(
+                "add pairs (--perf-ab-max-pairs) or quiet the machine to decide"
+                if ab
+                else "add launches (--perf-launches) or quiet the machine to decide"
+            )
         elif improved and len(improved) >= (len(pts) + 1) // 2:
             v.kind = Kind.IMPROVEMENT
             v.lines.append(
-                f"{len(improved)} of {len(pts)} points are faster than the baseline beyond "
+                f"{len(improved)} of {len(pts)} points of B are faster than A beyond tolerance"
+                if ab
+                else f"{len(improved)} of {len(pts)} points are faster than the baseline beyond "
                 f"tolerance: refresh it (--update-baselines --reason ...) so the gate "
                 f"guards the new level"
             )
@@ -197,7 +208,7 @@ def classify(
         v.lines.append(
             f"the ratio worsens with context: within the same launches ctx={ws.context} runs at "
             f"{ws.measured:.3f} of ctx={ws.reference}'s throughput against "
-            f"{ws.expected:.3f} in the baseline ({_pct(ws.ratio)}, interval "
+            f"{ws.expected:.3f} in {'A' if ab else 'the baseline'} ({_pct(ws.ratio)}, interval "
             f"[{ws.ratio_low:.3f}, {ws.ratio_high:.3f}]), whatever the machine's level did"
         )
     elif len(pts) >= 2 and worsening > tol:
@@ -210,7 +221,7 @@ def classify(
         if lone:
             v.lines.append(
                 f"within the same launches the quotient agrees ({lone[0].ratio:.3f} of the "
-                f"baseline's at ctx={long.context}) but is not significant on its own "
+                f"{'A' if ab else 'baseline'}'s at ctx={long.context}) but is not significant on its own "
                 f"[{lone[0].ratio_low:.3f}, {lone[0].ratio_high:.3f}]: more launches would "
                 f"confirm that the drop grows with context"
             )

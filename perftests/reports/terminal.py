@@ -84,9 +84,9 @@ def comparison_table(comparisons: list[PointComparison], *, ab: bool = False) ->
             acc = f"{c.measured_acceptance:.2f}/{_f(c.expected_acceptance, '.2f')}"
         lines.append(
             f"{c.context:>8} {c.measured:>9.1f} {base:>9} {c.ratio:>7.3f} "
-            f"{f'[{c.ratio_low:.3f},{c.ratio_high:.3f}]':>15} {f'-{c.detectable_drop:.1%}':>8} "
+            f"{_ci(c.ratio_low, c.ratio_high):>15} {f'-{c.detectable_drop:.1%}':>8} "
             f"{c.launches if ab else f'{c.launches}/{c.baseline_launches}':>5} "
-            f"{_f(c.noise_sd, '.1%') + ('' if c.noise_source == 'launches' else '~'):>7} "
+            f"{_f(c.noise_sd, '.1%') + ('' if c.noise_source != 'profile' else '~'):>7} "
             f"{acc:>11} {_status(c.status, ab):>12}"
         )
     if any(c.source == "model" for c in comparisons):
@@ -103,11 +103,20 @@ def comparison_table(comparisons: list[PointComparison], *, ab: bool = False) ->
         " k/K: launches of this run / of the baseline; noise: between-launch sd"
         + (
             " (~ assumed from the profile, not measured)"
-            if any(c.noise_source != "launches" for c in comparisons)
+            if any(c.noise_source == "profile" for c in comparisons)
             else ""
         )
     )
     return "\n".join(lines)
+
+
+def _ci(low: float, high: float) -> str:
+    """An interval in the table's 15 columns: a few pairs can give bounds of 0.001 and 1000."""
+
+    def r(x: float) -> str:
+        return f"{x:.3f}" if x < 10 else f"{x:.1f}" if x < 100 else ">100"
+
+    return f"[{r(low)},{r(high)}]"
 
 
 def _status(status: str, ab: bool) -> str:
@@ -127,9 +136,9 @@ def shape_table(shapes: list[ShapeComparison], *, ab: bool = False) -> str:
     for s in shapes:
         lines.append(
             f"{s.context:>8} {s.measured:>9.3f} {s.expected:>9.3f} {s.ratio:>7.3f} "
-            f"{f'[{s.ratio_low:.3f},{s.ratio_high:.3f}]':>15} {f'-{s.detectable_drop:.1%}':>8} "
+            f"{_ci(s.ratio_low, s.ratio_high):>15} {f'-{s.detectable_drop:.1%}':>8} "
             f"{s.launches if ab else f'{s.launches}/{s.baseline_launches}':>5} "
-            f"{_f(s.noise_sd, '.1%') + ('' if s.noise_source == 'launches' else '~'):>7} "
+            f"{_f(s.noise_sd, '.1%') + ('' if s.noise_source != 'profile' else '~'):>7} "
             f"{_status(s.status, ab):>12}"
         )
     if ab:
