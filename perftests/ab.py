@@ -116,7 +116,7 @@ def resolve_ab(values: Mapping[str, Any], root: Path) -> tuple[RunConfig, RunCon
     def strip(cfg: RunConfig) -> RunConfig:  # an A/B compares the two sides, not a stored curve
         return replace(cfg, baseline=None, provisional_source=None, warnings=(), update=False)
 
-    a = strip(resolve(values, root, mode="sweep"))
+    a = strip(resolve(values, root, mode="ab"))
     if len(a.settings.contexts) < 2:
         raise ConfigError(
             "--perf-contexts: an A/B run needs at least two contexts (the curve's verdict and "
@@ -133,7 +133,7 @@ def resolve_ab(values: Mapping[str, Any], root: Path) -> tuple[RunConfig, RunCon
             raise ConfigError(
                 f"--perf-ab-candidate-url {url} is the base's service too: A and B must be two services"
             )
-    b = strip(resolve(bvals, root, mode="sweep"))
+    b = strip(resolve(bvals, root, mode="ab"))
     b, words = _changed(b, values, "--perf-ab-env/--perf-ab-arg/--perf-ab-replace")
     if not (cand or url or words):
         raise ConfigError(

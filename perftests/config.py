@@ -22,7 +22,8 @@ from perftests.profiles import Profile
 from perftests.prompts import Mode
 from perftests.service import api_key_from_env
 
-Mode_ = Literal["gate", "sweep"]  # gate: a baseline is required (or written); sweep: optional
+Mode_ = Literal["gate", "sweep", "ab"]  # gate: a baseline is required (or written); sweep: optional;
+# ab: none is read (an A/B judges B against A, so a stored file can neither help nor block it)
 
 
 @dataclass(frozen=True)
@@ -189,11 +190,11 @@ def resolve(
     else:
         path = profile.baseline_path(project_root(root))
     warnings: list[str] = []
-    stored = _load_baseline(path, "baseline")
+    stored = None if mode == "ab" else _load_baseline(path, "baseline")
     if v.get("baseline") and stored is None and not update and mode == "sweep":
         raise ConfigError(f"--perf-baseline: no such file {path}")
     provisional = None
-    if stored is None and v.get("provisional_from") and not update:
+    if stored is None and v.get("provisional_from") and not update and mode != "ab":
         other = profiles.load(v["provisional_from"], extra)
         opath = other.baseline_path(project_root(root))
         provisional = _load_baseline(opath, "--perf-provisional-from")

@@ -345,3 +345,10 @@ def test_pytest_ab_of_an_unchanged_service_never_says_slower(tmp_path):
     data = json.loads(out.read_text())
     assert data["ab"]["pairs"] == 2 and data["ab"]["candidate"].endswith("env PERFTESTS_AB_UNUSED=1")
     assert {c["status"] for c in data["comparisons"]} <= {"pass", "inconclusive"}
+
+
+def test_a_stored_baseline_neither_helps_nor_blocks_an_ab(tmp_path):
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("hardware: unit\npoints: [")  # truncated: a gate run would refuse it
+    a, b, _ = resolve_ab(_values(tmp_path, ab_env=["X=1"], baseline=str(broken)), tmp_path)
+    assert a.baseline is None and b.baseline is None
