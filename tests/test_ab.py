@@ -352,3 +352,24 @@ def test_a_stored_baseline_neither_helps_nor_blocks_an_ab(tmp_path):
     broken.write_text("hardware: unit\npoints: [")  # truncated: a gate run would refuse it
     a, b, _ = resolve_ab(_values(tmp_path, ab_env=["X=1"], baseline=str(broken)), tmp_path)
     assert a.baseline is None and b.baseline is None
+
+
+def test_reports_name_the_two_sides(tmp_path):
+    from perftests.reports import junit, markdown, plot, terminal
+
+    run = _campaign(tmp_path, {64: 0.8, 512: 0.8, 2048: 0.8})
+    run.conclude()
+    rec = run.record()
+    md = markdown.section(rec)
+    assert "| context | B tok/s | pairs | A tok/s | B/A |" in md and "**SLOWER**" in md
+    assert "A/B on one machine: B = unit with env X=1 against A = unit; 4 pairs" in md
+    text = terminal.plain(terminal.summary(rec))
+    assert "B against A, launch pairs" in text and "SLOWER" in text
+    fig = plot.figure(rec)
+    labels = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+    ylabels = [ax.get_ylabel() for ax in fig.axes]
+    assert any(x.startswith("A ") or x.startswith("A's") or x == "A" for x in labels), labels
+    assert not any("baseline" in x or "measured" in x for x in labels + ylabels), labels + ylabels
+    assert "B / A" in " ".join(ylabels)
+    xml = junit.to_string([rec])
+    assert 'name="ratio"' in xml and "B/A 0.8" in xml

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from perftests.paired import WORDS
 from perftests.record import RunRecord
 from perftests.shape import ShapeComparison
 
@@ -19,6 +20,13 @@ MARK = {
     "measured": "measured",
     "error": "**ERROR**",
 }
+
+
+def _mark(status: str, ab: bool) -> str:
+    """A status as the table shows it; an A/B's in its own words (SLOWER, SAME, ...)."""
+    if ab and status in WORDS:
+        return f"**{WORDS[status]}**" if status != "pass" else WORDS[status]
+    return MARK.get(status, status)
 
 
 def _f(x: float | None, fmt: str) -> str:
@@ -58,17 +66,28 @@ def section(record: RunRecord, *, plot: Path | None = None, record_path: Path | 
     else:
         head = "not judged"
     out = [f"### perftests `{record.name}` ({record.engine}): {head}", ""]
-    b, ja = record.baseline, record.judged_against
-    if b is not None and ja is not None:
+    b, ja, ab = record.baseline, record.judged_against, record.ab
+    if ab is not None:
+        out.append(
+            f"A/B on one machine: B = {ab.candidate} against A = {ab.base}; {ab.pairs} pairs of "
+            f"launches in order {' '.join(ab.order) or '–'}; tolerance −{ja.tolerance if ja else 0:.0%}; "
+            f"commit `{(record.commit or 'unknown')[:12]}`."
+        )
+        out.append("")
+    elif b is not None and ja is not None:
         out.append(
             f"Against the baseline `{ja.path}` of {b.created[:10]} ({b.launches} launch(es); "
             f"tolerance −{ja.tolerance:.0%}); this run {len(record.launches)} launch(es); "
             f"commit `{(record.commit or 'unknown')[:12]}`."
         )
         out.append("")
+    cols = (
+        "B tok/s | pairs | A tok/s | B/A | B/A 95% CI"
+        if ab
+        else "tok/s | launches | baseline | ratio | ratio 95% CI"
+    )
     out += [
-        "| context | tok/s | launches | baseline | ratio | ratio 95% CI | catches | accept | status "
-        "| within launch |",
+        f"| context | {cols} | catches | accept | status | within launch |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|:---|:---|",
     ]
     for r in record.results():
@@ -79,10 +98,11 @@ def section(record: RunRecord, *, plot: Path | None = None, record_path: Path | 
             acc += f" / {c.expected_acceptance:.2f}"
         out.append(
             f"| {r.context} | {_f(e.tps if e else None, '.1f')} | "
-            f"{e.launches if e else '–'} | {_f(c.expected if c else None, '.1f')} | "
+            f"{(c.launches if ab and c else e.launches if e else '–')} | "
+            f"{_f(c.expected if c else None, '.1f')} | "
             f"{_f(c.ratio if c else None, '.3f')} | {rci} | "
             f"{_f(-c.detectable_drop if c else None, '.1%')} | {acc} | "
-            f"{MARK.get(r.status, r.status)} | {_shape(r.shape)} |"
+            f"{_mark(r.status, ab is not None)} | {_shape(r.shape)} |"
         )
     out.append("")
     if v:

@@ -100,10 +100,34 @@ def figure(record: RunRecord) -> Any:
         f"{record.settings.get('repeats', '?')} pairs/point, span {record.settings.get('short_tokens')}"
         f"->{record.settings.get('long_tokens')} tokens",
     ]
-    if base.get("created"):
+    if record.ab is not None:
+        sub[2] = f"{record.ab.pairs} pairs of launches ({' '.join(record.ab.order)})"
+        sub.append(f"B = {record.ab.candidate}; A = {record.ab.base}")
+        _name_sides(fig)
+    elif base.get("created"):
         sub.append(f"baseline {base['created'][:10]}")
     ax_of["tps"].set_title(" | ".join(sub), fontsize=8, color="#444444")
     return fig
+
+
+def _name_sides(fig: Any) -> None:
+    """An A/B's picture is drawn as a gate run's with A in the baseline's place: say A and B."""
+
+    def name(text: str) -> str:
+        for old, new in (
+            ("baseline points", "A (its launches' geometric mean)"),
+            ("measured / baseline", "B / A"),
+            ("baseline", "A"),
+            ("measured", "B"),
+        ):
+            text = text.replace(old, new)
+        return text
+
+    for ax in fig.axes:
+        ax.set_ylabel(name(ax.get_ylabel()))
+        legend = ax.get_legend()
+        for t in legend.get_texts() if legend is not None else []:
+            t.set_text(name(t.get_text()))
 
 
 def _tps_panel(
