@@ -110,6 +110,12 @@ def resolve_ab(values: Mapping[str, Any], root: Path) -> tuple[RunConfig, RunCon
             "--perf-update-baselines: an A/B run judges B against A and writes no baseline; "
             "refresh with a gate run"
         )
+    for key, flag in (("launches", "--perf-launches"), ("reruns", "--perf-reruns")):
+        if values.get(key) is not None:
+            raise ConfigError(
+                f"{flag}: an A/B run launches in pairs, one block at a time while a context is "
+                f"unknown; set --perf-ab-pairs and --perf-ab-max-pairs instead"
+            )
     if len(values.get("service_url") or []) > 1:
         raise ConfigError("--perf-service-url: an A/B run measures one base service; give it once")
 

@@ -198,7 +198,8 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "ab-arg",
-        "A/B: B is A launched with this extra argument (repeatable)",
+        "A/B: B is A launched with this extra argument (repeatable; a value starting with '-' "
+        "is joined to the flag with '=', e.g. ...-arg=--cache-type-k)",
         _g("ab"),
         action="append",
         metavar="ARG",

@@ -175,6 +175,8 @@ def test_a_changed_launch_is_the_candidate_and_the_base_is_untouched(tmp_path):
         ({"ab_env": ["X=1"], "contexts": "64"}, "--perf-contexts"),
         ({"ab_candidate": "nosuch"}, "nosuch"),
         ({"ab_pairs": 4}, "a candidate"),
+        ({"ab_env": ["X=1"], "launches": 3}, "--perf-launches"),
+        ({"ab_env": ["X=1"], "reruns": 1}, "--perf-reruns"),
     ],
 )
 def test_bad_ab_options_are_refused_naming_the_flag(tmp_path, kw, flag):
