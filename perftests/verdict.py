@@ -8,11 +8,11 @@ the fitted curve, so a low figure at long context that the curve predicts is exp
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from perftests import factors
 from perftests.baseline import Baseline
 from perftests.compare import PointComparison
 from perftests.scaling import ScalingModel, fit_curve
@@ -27,9 +27,10 @@ class Kind(str, Enum):
     UNIFORM = "uniform regression"
     CONTEXT_DEPENDENT = "context-dependent regression"
     ACCEPTANCE_COLLAPSE = "acceptance collapse"
+    ACCEPTANCE_REGRESSION = "acceptance regression"
 
 
-FAILING = {Kind.UNIFORM, Kind.CONTEXT_DEPENDENT, Kind.ACCEPTANCE_COLLAPSE}
+FAILING = {Kind.UNIFORM, Kind.CONTEXT_DEPENDENT, Kind.ACCEPTANCE_COLLAPSE, Kind.ACCEPTANCE_REGRESSION}
 
 MEANING = {
     Kind.UNIFORM: "a cost every step pays grew (the constant term): usually configuration, build "
@@ -41,6 +42,9 @@ MEANING = {
     Kind.ACCEPTANCE_COLLAPSE: "the target rejects the drafts: usually the draft model or its weights, "
     "the tree shape or draft length, the draft's context window, or a "
     "tokenizer or chat-template mismatch between draft and target",
+    Kind.ACCEPTANCE_REGRESSION: "the target accepts fewer of the drafts, without rejecting them all: "
+    "usually a draft model or checkpoint change, a chat template or tokenizer change that "
+    "shifts what the draft sees, sampling settings, or a smaller tree or draft length",
 }
 
 
@@ -129,36 +133,39 @@ def classify(
         )
     v.measured_model = _measured_model(pts, baseline)
 
-    # 1. Acceptance first: a drafting problem shows as fewer tokens per step at a held step time.
-    acc = [
-        (p.measured_acceptance / p.expected_acceptance, p)
-        for p in pts
-        if p.measured_acceptance and p.expected_acceptance
-    ]
-    if acc and (failing or shape_fail or any(p.status == "inconclusive" for p in pts)):
-        acc_ratio = _median([r for r, _ in acc])
-        if acc_ratio < 1 - 2 * tol:
-            steps = [
-                p.measured_step_ms / p.expected_step_ms
-                for _, p in acc
-                if p.measured_step_ms and p.expected_step_ms
-            ]
-            step_ratio = _median(steps) if steps else math.nan
-            v.kind = Kind.ACCEPTANCE_COLLAPSE
-            first = acc[0][1]
+    # 1. Acceptance first: tok/s = tokens per step / step time, so each point's ratio splits
+    # into an acceptance factor and a step-time factor (factors.py); name the one that moved.
+    split = [f for p in pts if (f := factors.split(p)) is not None]
+    by_step = len(split) == len(pts)  # judge the rest on step time alone
+    if split and (failing or shape_fail or any(p.status == "inconclusive" for p in pts)):
+        v.lines.append(factors.describe(split))
+        acc_ratio = factors.median([f.acceptance for f in split])
+        step_ratio = factors.median([f.step for f in split])
+        if acc_ratio < 1 - tol:
+            collapse = factors.is_collapse(split)
+            v.kind = Kind.ACCEPTANCE_COLLAPSE if collapse else Kind.ACCEPTANCE_REGRESSION
+            first = split[0]
             v.lines.append(
-                f"acceptance length fell {_pct(acc_ratio)} (e.g. ctx={first.context}: "
-                f"{first.measured_acceptance:.2f} tokens/step vs {first.expected_acceptance:.2f})"
+                f"acceptance fell {factors.pct(acc_ratio)} (ctx={first.context}: "
+                f"{first.acceptance_now:.2f} tokens/step vs {first.acceptance_then:.2f})"
                 + (
-                    f"; step time {'held' if abs(step_ratio - 1) <= 2 * tol else 'moved'} "
-                    f"({_pct(step_ratio)})"
-                    if steps
-                    else ""
+                    "; the drafts are almost all rejected"
+                    if collapse
+                    else "; a partial drop, the drafts are still partly accepted"
                 )
+            )
+            v.lines.append(
+                f"step time held ({factors.pct(step_ratio)} in speed)"
+                if step_ratio >= 1 - tol
+                else f"step time also rose ({factors.pct(step_ratio)} in speed): once acceptance "
+                f"is restored, judge the step time again"
             )
             v.lines.append(f"this usually means {MEANING[v.kind]}")
             return v
-
+        v.lines.append(
+            f"acceptance held ({factors.pct(acc_ratio)}): the drop is in step time, judged on "
+            f"step time alone below"
+        )
     if not failing and not shape_fail:
         improved = [p for p in pts if p.status == "improved"]
         inconclusive = [p for p in pts if p.status == "inconclusive"]
@@ -197,8 +204,9 @@ def classify(
 
     # 2. A drop: which term of the model moved? Where launches pair, the within-launch quotient
     # decides (the machine's uniform swing cancels in it); otherwise the ratios' slope.
+    ratio = {f.context: f.step for f in split} if by_step else {p.context: p.ratio for p in pts}
     short, long = pts[0], pts[-1]
-    worsening = short.ratio - long.ratio
+    worsening = ratio[short.context] - ratio[long.context]
     if failing:
         fails = "; ".join(f"ctx={p.context} {_pct(p.ratio)}" for p in failing)
         v.lines.append(f"failing points: {fails} (tolerance -{tol:.0%}, each significant at 95%)")
@@ -214,8 +222,9 @@ def classify(
     elif len(pts) >= 2 and worsening > tol:
         v.kind = Kind.CONTEXT_DEPENDENT
         v.lines.append(
-            f"the ratio worsens with context: {short.ratio:.3f} at ctx={short.context}, "
-            f"{long.ratio:.3f} at ctx={long.context}"
+            f"the {'step speed' if by_step else 'ratio'} worsens with context: "
+            f"{ratio[short.context]:.3f} at ctx={short.context}, {ratio[long.context]:.3f} at "
+            f"ctx={long.context}"
         )
         lone = [s for s in shape_open if s.context == long.context]
         if lone:
@@ -227,24 +236,25 @@ def classify(
             )
     else:
         v.kind = Kind.UNIFORM
-        spread = max(p.ratio for p in pts) - min(p.ratio for p in pts)
-        worst = min(pts, key=lambda p: p.ratio)
+        spread = max(ratio.values()) - min(ratio.values())
+        worst = min(pts, key=lambda p: ratio[p.context])
+        what = "step speed" if by_step else "ratio"
         if spread <= tol:
             v.lines.append(
-                f"every point is down by a similar ratio (spread {spread:.3f} across "
+                f"every point is down by a similar {what} (spread {spread:.3f} across "
                 f"{short.context}..{long.context})"
             )
         elif worst is short:
             v.lines.append(
-                f"the drop is largest at short context ({short.ratio:.3f} at "
-                f"ctx={short.context}, {long.ratio:.3f} at ctx={long.context}): an extra "
+                f"the drop is largest at short context ({what} {ratio[short.context]:.3f} at "
+                f"ctx={short.context}, {ratio[long.context]:.3f} at ctx={long.context}): an extra "
                 f"cost per step weighs most where attention is cheap"
             )
         else:
             v.lines.append(
                 f"the drop is uneven but does not grow with context: worst at "
-                f"ctx={worst.context} ({worst.ratio:.3f}); re-run to see whether it "
-                f"holds, noise at one point can look like this"
+                f"ctx={worst.context} ({what} {ratio[worst.context]:.3f}); re-run to see whether "
+                f"it holds, noise at one point can look like this"
             )
     if v.measured_model is not None:
         v.lines.append(_terms(baseline.model, v.measured_model))

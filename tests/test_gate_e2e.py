@@ -175,4 +175,4 @@ def test_unrelated_draft_is_an_acceptance_collapse(gate):
     )
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.out[-4000:]
     assert "verdict: ACCEPTANCE COLLAPSE" in result.out
-    assert "acceptance length fell" in result.out
+    assert "acceptance fell" in result.out and "almost all rejected" in result.out

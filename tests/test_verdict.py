@@ -145,8 +145,9 @@ def test_uniform_ten_percent_drop(pro6000):
     v = run(pro6000, measured, acceptance=5.0)
     assert v.kind is Kind.UNIFORM and not v.passed
     text = v.explanation()
-    assert "every point is down by a similar ratio" in text
-    assert "-10.0%" in text
+    # Speculative counters known: the drop is attributed to step time, acceptance held.
+    assert "acceptance held" in text and "step speed -10.0%" in text
+    assert "every point is down by a similar step speed" in text
     assert "constant" in text and "configuration" in text
     assert all(p.status == "fail" for p in v.points)
 
@@ -156,7 +157,7 @@ def test_drop_only_at_long_context(pro6000):
     v = run(pro6000, measured, acceptance=5.0)
     assert v.kind is Kind.CONTEXT_DEPENDENT and not v.passed
     text = v.explanation()
-    assert "the ratio worsens with context" in text
+    assert "the step speed worsens with context" in text
     assert "attention backend" in text
     # The linear term is what moved: per 1k context grows far more than the constant.
     base, now = pro6000.model, v.measured_model
@@ -171,9 +172,31 @@ def test_acceptance_drop_with_step_time_unchanged(pro6000):
     v = run(pro6000, measured, acceptance=2.0, step_ms=steps)
     assert v.kind is Kind.ACCEPTANCE_COLLAPSE and not v.passed
     text = v.explanation()
-    assert "acceptance length fell -60.0%" in text
+    assert "acceptance fell -60.0%" in text and "almost all rejected" in text
+    assert "drafts accepted per step 4.00 -> 1.00" in text
     assert "step time held" in text
     assert "draft" in text
+
+
+def test_partial_acceptance_drop_is_named_an_acceptance_regression(pro6000):
+    # A template change: drafts accepted per step 4.0 -> 2.8 (-30%), 3.8 tokens per step, the
+    # target's step time unchanged. tok/s falls 24% everywhere: not a uniform (step-cost) drop.
+    steps = {c: 1000 * 5.0 / seed_curve(c) for c in (60, 1024, 3072)}
+    measured = {c: 1000 * 3.8 / steps[c] for c in steps}
+    v = run(pro6000, measured, acceptance=3.8, step_ms=steps)
+    assert v.kind is Kind.ACCEPTANCE_REGRESSION and not v.passed
+    text = v.explanation()
+    assert "acceptance -24.0%, step speed +0.0%" in text
+    assert "drafts accepted per step 4.00 -> 2.80" in text and "-30.0% over the points" in text
+    assert "partial drop" in text and "step time held" in text
+    assert "cost every step pays" not in text  # the old, wrong attribution
+
+
+def test_acceptance_and_step_time_both_moving_names_acceptance_first(pro6000):
+    steps = {c: 1.15 * 1000 * 5.0 / seed_curve(c) for c in (60, 1024, 3072)}
+    v = run(pro6000, {c: 1000 * 3.8 / steps[c] for c in steps}, acceptance=3.8, step_ms=steps)
+    assert v.kind is Kind.ACCEPTANCE_REGRESSION
+    assert "step time also rose" in v.explanation()
 
 
 def test_acceptance_collapse_from_a_report(pro6000):
@@ -253,5 +276,5 @@ def test_a_drop_at_one_middle_point_is_reported_as_uneven(pro6000):
     measured = {60: seed_curve(60), 1024: seed_curve(1024) * 0.75, 3072: seed_curve(3072) * 0.99}
     v = run(pro6000, measured, acceptance=5.0)
     assert not v.passed
-    assert "worst at ctx=1024 (0.750)" in v.explanation()
+    assert "worst at ctx=1024 (step speed 0.750)" in v.explanation()
     assert "re-run" in v.explanation()
