@@ -21,7 +21,7 @@ from perftests.control import ControlRange
 from perftests.errors import ConfigError
 from perftests.estimate import estimates, log_sd
 from perftests.machine import hardware_key
-from perftests.scaling import ScalingModel, fit_curve
+from perftests.scaling import ScalingModel, fit_curve, split_band
 
 if TYPE_CHECKING:
     from perftests.record import RunRecord
@@ -193,9 +193,15 @@ def from_record(record: RunRecord, *, reason: str, previous: Baseline | None = N
     )
 
 
-def provisional_from(other: Baseline, hardware: str, ctx: int, measured_tps: float) -> Baseline:
+SPLIT_FACTOR = 2.0  # how differently two machines may split constant / context cost (assumed)
+
+
+def provisional_from(
+    other: Baseline, hardware: str, ctx: int, measured_tps: float, *, split_factor: float = SPLIT_FACTOR
+) -> Baseline:
     """Another hardware's curve shape, scaled to this hardware's measured point at `ctx`
-    (the B300 -> PRO 6000 extrapolation). Marked provisional wherever it is shown."""
+    (the B300 -> PRO 6000 extrapolation). Marked provisional wherever it is shown; the points
+    are the plain scaling, and `provisional_band` the band over the splits allowed."""
     ref = other.point(ctx)
     ref_tps = ref.tps if ref else other.model.tps(ctx)
     k = measured_tps / ref_tps
@@ -222,9 +228,34 @@ def provisional_from(other: Baseline, hardware: str, ctx: int, measured_tps: flo
         created=other.created,
         reason=f"PROVISIONAL: {other.hardware}'s curve scaled by {k:.3f} to this "
         f"hardware's {measured_tps:.1f} tok/s at ctx={ctx}",
-        provenance={"scaled_from": other.hardware, "scale": k, "anchor_context": ctx},
+        provenance={
+            "scaled_from": other.hardware,
+            "scale": k,
+            "anchor_context": ctx,
+            "anchor_tps": measured_tps,
+            "split_factor": split_factor,
+            "other_model": {"a_ms": m.a_ms, "b_ms_per_token": m.b_ms_per_token},
+        },
         provisional=True,
     )
+
+
+def provisional_band(b: Baseline, ctx: int) -> tuple[float, float] | None:
+    """(low, high) tok/s a provisional curve allows at ctx, over the splits allowed; None for a
+    measured curve (or a provisional one written before the band existed)."""
+    pv = b.provenance
+    om = pv.get("other_model")
+    if not b.provisional or not isinstance(om, dict) or "anchor_tps" not in pv:
+        return None
+    _, low, high = split_band(
+        float(om["a_ms"]),
+        float(om["b_ms_per_token"]),
+        int(pv["anchor_context"]),
+        float(pv["anchor_tps"]),
+        ctx,
+        float(pv.get("split_factor") or SPLIT_FACTOR),
+    )
+    return low, high
 
 
 # -- reading ------------------------------------------------------------------------------

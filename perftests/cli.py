@@ -230,7 +230,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_explain(args: argparse.Namespace) -> int:
     from perftests import baseline as bl
     from perftests.config import missing_baseline, project_root
-    from perftests.verdict import Kind, explain_report
+    from perftests.triage.explain import explain_report
+    from perftests.verdict import Kind
 
     profile = profiles.load(args.hw, [Path(x) for x in [*args.top_profile_dir, *(args.profile_dir or [])]])
     path = Path(args.baseline) if args.baseline else profile.baseline_path(project_root(Path.cwd()))

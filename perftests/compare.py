@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from scipy import stats as sps
 
-from perftests.baseline import Baseline
+from perftests.baseline import Baseline, provisional_band
 from perftests.estimate import Estimate, se_log_median
 
 SE_FLOOR = 0.005  # a shared machine is never more precise than 0.5% per launch
@@ -91,6 +91,8 @@ class PointComparison:
     noise_df: float = PRIOR_DF
     noise_source: NoiseSource = "profile"
     family: int = 1  # points judged together in the run (the Bonferroni divisor)
+    band_low: float | None = None  # a provisional curve's band at this context (tok/s)
+    band_high: float | None = None
 
     @property
     def detectable_drop(self) -> float:
@@ -113,6 +115,11 @@ class PointComparison:
             + ("the launches" if self.noise_source == "launches" else "the profile (assumed)")
             + f", {level}"
         )
+        if self.band_low is not None and self.band_high is not None:
+            src += (
+                f" (PROVISIONAL: {self.band_low:.1f}..{self.band_high:.1f} over the cost splits "
+                f"the extrapolation allows)"
+            )
         return (
             f"ctx={self.context}: {self.measured:.1f} tok/s vs {self.expected:.1f}{src}, "
             f"ratio {self.ratio:.3f} [{self.ratio_low:.3f}, {self.ratio_high:.3f}] "
@@ -171,6 +178,7 @@ def compare_point(
     q = noise.quantile(family)
     ratio = est.tps / expected
     low, high = ratio * math.exp(-q * se), ratio * math.exp(q * se)
+    band = provisional_band(baseline, ctx)
     return PointComparison(
         context=ctx,
         measured=est.tps,
@@ -182,7 +190,9 @@ def compare_point(
         ratio_high=high,
         tolerance=tolerance,
         mde=1 - math.exp(-q * se),
-        status=judge(ratio, low, high, tolerance),
+        status=judge(ratio, low, high, tolerance)
+        if band is None
+        else judge_band(est.tps, band, se, q, tolerance),
         measured_acceptance=est.acceptance,
         expected_acceptance=exp_acc,
         measured_step_ms=est.step_ms,
@@ -193,7 +203,20 @@ def compare_point(
         noise_df=noise.df,
         noise_source=noise.source,
         family=family,
+        band_low=band[0] if band else None,
+        band_high=band[1] if band else None,
     )
+
+
+def judge_band(tps: float, band: tuple[float, float], se: float, q: float, tolerance: float) -> Status:
+    """A provisional curve's judgement: inside its band (any split the extrapolation allows)
+    passes; below its low end by more than the tolerance, significantly, fails; in between is
+    inconclusive (one more point measured on this hardware pins the split)."""
+    low, high = band
+    if tps >= low:
+        return "improved" if tps > high * (1 + tolerance) and tps * math.exp(-q * se) > high else "pass"
+    r = tps / low
+    return "fail" if r < 1 - tolerance and r * math.exp(q * se) < 1 else "inconclusive"
 
 
 def launches_needed(

@@ -107,3 +107,17 @@ def fit_curve(
         step = [1000.0 * a / t for a, t in zip(acc, tps, strict=True)]
         return fit(contexts, step, "step_ms", float(np.median(acc)))
     return fit(contexts, [1000.0 / t for t in tps], "token_ms")
+
+
+def split_band(
+    a_ms: float, b_ms: float, anchor_ctx: int, anchor_tps: float, ctx: float, factor: float
+) -> tuple[float, float, float]:
+    """Another machine's cost a + b*ctx carried over to one measured `anchor_tps` at `anchor_ctx`
+    here, with the two terms scaled by factors whose quotient r lies in [1/factor, factor]
+    (triage/extrapolate.py derives why): (central at r = 1, low, high) tok/s at ctx."""
+
+    def at(r: float) -> float:
+        return anchor_tps * (a_ms + r * b_ms * anchor_ctx) / (a_ms + r * b_ms * ctx)
+
+    lo, hi = at(factor), at(1 / factor)
+    return at(1.0), min(lo, hi), max(lo, hi)

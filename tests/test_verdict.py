@@ -10,7 +10,8 @@ from perftests.baseline import Baseline, BaselinePoint
 from perftests.compare import compare_point
 from perftests.estimate import Estimate, se_log_median
 from perftests.scaling import fit_curve
-from perftests.verdict import Kind, classify, explain_report
+from perftests.triage.explain import explain_report
+from perftests.verdict import Kind, classify
 
 TOL = 0.05
 
@@ -121,7 +122,12 @@ def test_seed_baseline_matches_the_story(pro6000):
 def test_seed_32_at_5k_is_expected_scaling_when_the_curve_predicts_it(pro6000):
     kind, text = explain_report(pro6000, 5000, 32.0, 4.9, TOL)
     assert kind is Kind.EXPECTED_SCALING
-    assert "expected at ctx=5000: 32." in text
+    # The document's chain: acceptance held, step time 4.3x the short context's as the curve
+    # expects, the growth is the context term.
+    assert "1. acceptance held: 4.90 tokens/step (3.90 drafts accepted) against 5.00" in text
+    assert "ms/step: 153.1 now, 35.9 at ctx=60, 152.9 expected at ctx=5000" in text
+    assert "the growth is attention reading the KV cache" in text
+    assert "expected 32.7 tok/s" in text
     assert "context scaling, not a regression" in text
     # The same conclusion from a measured sweep that includes a context the baseline lacks.
     v = run(pro6000, {60: 137.0, 1024: seed_curve(1024) * 0.99, 5000: 32.3}, acceptance=4.95)
@@ -137,7 +143,8 @@ def test_seed_32_at_5k_is_a_regression_when_the_curve_does_not_predict_it():
     kind, text = explain_report(flat, 5000, 32.0, 4.9, TOL)
     assert kind in (Kind.UNIFORM, Kind.CONTEXT_DEPENDENT)
     assert "below the band, a regression" in text
-    assert "acceptance 4.90 tokens/step held" in text
+    assert "1. acceptance held: 4.90" in text and "more is unexplained" in text
+    assert "pytest perftests --hw pro6000 --perf-contexts 60,5000" in text
 
 
 def test_uniform_ten_percent_drop(pro6000):
@@ -202,7 +209,8 @@ def test_acceptance_and_step_time_both_moving_names_acceptance_first(pro6000):
 def test_acceptance_collapse_from_a_report(pro6000):
     kind, text = explain_report(pro6000, 60, 60.0, 2.1, TOL)
     assert kind is Kind.ACCEPTANCE_COLLAPSE
-    assert "2.10 tokens/step against 5.00" in text
+    assert "acceptance FELL: 2.10 tokens/step (1.10 drafts accepted) against 5.00" in text
+    assert "held: the throughput lost is the acceptance lost" in text
 
 
 def test_improvement_passes_and_asks_for_refresh(pro6000):
