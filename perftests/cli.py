@@ -15,6 +15,7 @@ from perftests.reports.terminal import comparison_table, plain, shape_table, sum
 from perftests.reports.write import ReportPaths, write_all
 from perftests.run import GateRun
 from perftests.session import PerfSession
+from perftests.triage import cli as triage_cli
 
 
 def _contexts(text: str) -> tuple[int, ...]:
@@ -227,28 +228,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_explain(args: argparse.Namespace) -> int:
-    from perftests import baseline as bl
-    from perftests.config import missing_baseline, project_root
-    from perftests.triage.explain import explain_report
-    from perftests.verdict import Kind
-
-    profile = profiles.load(args.hw, [Path(x) for x in [*args.top_profile_dir, *(args.profile_dir or [])]])
-    path = Path(args.baseline) if args.baseline else profile.baseline_path(project_root(Path.cwd()))
-    try:
-        base = bl.load(path)
-    except FileNotFoundError:
-        _say(missing_baseline(profile, path))
-        return 2
-    if args.ctx <= 0 or args.tps <= 0 or (args.accept is not None and args.accept <= 0):
-        _say("--ctx, --tps and --accept must be positive")
-        return 2
-    tol = args.tolerance if args.tolerance is not None else profile.defaults.tolerance
-    kind, text = explain_report(base, args.ctx, args.tps, args.accept, tol)
-    print(text)
-    return 0 if kind in (Kind.EXPECTED_SCALING, Kind.IMPROVEMENT, Kind.PASS) else 1
-
-
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="perftests", description=__doc__)
     ap.add_argument("--version", action="version", version=f"perftests {__version__}")
@@ -337,21 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--plot", help="write the PNG plot here")
     r.add_argument("--markdown", help="write the Markdown summary here")
     r.set_defaults(fn=cmd_report)
-    e = sub.add_parser("explain", help="triage a reported figure against the stored curve, no run")
-    e.add_argument("--hw", required=True, help="hardware profile whose baseline to use")
-    e.add_argument("--ctx", type=int, required=True, help="context length of the report (tokens)")
-    e.add_argument("--tps", type=float, required=True, help="reported decode tok/s")
-    e.add_argument("--accept", type=float, help="reported acceptance length (tokens per verify step)")
-    e.add_argument("--baseline", help="baseline file (default: the profile's)")
-    e.add_argument("--tolerance", type=float, help="default: the profile's")
-    e.add_argument(
-        "--profile-dir",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="extra directory of profile YAML files",
-    )
-    e.set_defaults(fn=cmd_explain)
+    triage_cli.add(sub, {"metavar": "DIR", "help": "extra directory of profile YAML files"})
     return ap
 
 

@@ -173,8 +173,11 @@ def explain(report: Report, ref: Reference, tolerance: float, hardware: str) -> 
         f"3. the constant term (~{a_ms:.1f} {unit}) does not grow with context; from "
         f"ctx={ref.short_ctx} to {ctx} the context term adds ~{grow_curve:.1f} {unit} on this curve"
         + (
-            f", and {now - exp:+.1f} {unit} more is unexplained: either every step pays it (then "
-            f"ctx={ref.short_ctx} shows it too) or attention over the KV cache grew"
+            f", and {now - exp:+.1f} {unit} more here: a context term heavier than the scaled "
+            f"curve's (step 4 says whether a plausible split explains it)"
+            if now > exp * (1 + tolerance) and ref.extrapolated is not None
+            else f", and {now - exp:+.1f} {unit} more is unexplained: either every step pays it "
+            f"(then ctx={ref.short_ctx} shows it too) or attention over the KV cache grew"
             if now > exp * (1 + tolerance)
             else ": the growth is attention reading the KV cache"
         )
