@@ -175,7 +175,7 @@ def explain(report: Report, ref: Reference, tolerance: float, hardware: str) -> 
         + (
             f", and {now - exp:+.1f} {unit} more here: a context term heavier than the scaled "
             f"curve's (step 4 says whether a plausible split explains it)"
-            if now > exp * (1 + tolerance) and ref.extrapolated is not None
+            if now > exp * (1 + tolerance) and ref.extrapolated is not None and not ref.extrapolated.pinned
             else f", and {now - exp:+.1f} {unit} more is unexplained: either every step pays it "
             f"(then ctx={ref.short_ctx} shows it too) or attention over the KV cache grew"
             if now > exp * (1 + tolerance)
@@ -208,8 +208,11 @@ def explain(report: Report, ref: Reference, tolerance: float, hardware: str) -> 
             lines.append("4. above the band: faster than the extrapolation allows")
         else:
             lines.append(
-                f"4. below the band by more than the tolerance ({tolerance:.0%}): no split explains "
-                f"it, a regression; {confirm} says which term"
+                f"4. below this hardware's own curve by more than the tolerance ({tolerance:.0%}): a "
+                f"regression; {confirm} says which term"
+                if ref.extrapolated.pinned
+                else f"4. below the band by more than the tolerance ({tolerance:.0%}): no split "
+                f"explains it, a regression; {confirm} says which term"
             )
             lines.append(f"this usually means {MEANING[kind]}")
         return kind, "\n".join([f"verdict: {kind.value.upper()}", *lines])
