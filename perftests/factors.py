@@ -16,7 +16,10 @@ from dataclasses import dataclass
 
 from perftests.compare import PointComparison
 
-COLLAPSE = 0.5  # drafts accepted per step fell below this share of the baseline's: a collapse
+# Drafts accepted per step below this share of the baseline's: a collapse (near one token per
+# step, the drafts rejected); above it a partial drop, an acceptance regression. On the reference
+# a draft blended 10x further from the target (draft-mix 0.0003 -> 0.003) halves them: partial.
+COLLAPSE = 0.25
 
 
 @dataclass(frozen=True)

@@ -176,3 +176,19 @@ def test_unrelated_draft_is_an_acceptance_collapse(gate):
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.out[-4000:]
     assert "verdict: ACCEPTANCE COLLAPSE" in result.out
     assert "acceptance fell" in result.out and "almost all rejected" in result.out
+
+
+def test_partly_rejected_drafts_are_an_acceptance_regression(gate):
+    """A draft blended 0.3% towards an unrelated model (draft-mix-0.003; about 0.6 of its drafts
+    accepted where the identical draft gets all): drafts accepted per step fall by more than half
+    but not to nothing. Attributed by factor, that is an acceptance regression, not a uniform
+    step-cost drop (the old verdict) and not a collapse."""
+    spec = gate.baseline("gate-ref-spec.yaml", draft="draft-identical")
+    assert spec.outcomes == {"passed": 4}, spec.out[-3000:]
+    result = gate.run(
+        _profile(gate.root / "spec-mix", draft="draft-mix-0.003"), baseline="gate-ref-spec.yaml"
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.out[-4000:]
+    assert "verdict: ACCEPTANCE REGRESSION" in result.out, result.out[-4000:]
+    assert "a partial drop, the drafts are still partly accepted" in result.out
+    assert "by factor (tok/s = tokens per step / step time)" in result.out

@@ -173,14 +173,14 @@ def test_drop_only_at_long_context(pro6000):
 
 
 def test_acceptance_drop_with_step_time_unchanged(pro6000):
-    # Drafts rejected: 2 tokens per step instead of 5, the target's step time unchanged.
-    measured = {c: seed_curve(c, acc=2.0) for c in (60, 1024, 3072)}
+    # Drafts rejected: 1.5 tokens per step instead of 5, the target's step time unchanged.
+    measured = {c: seed_curve(c, acc=1.5) for c in (60, 1024, 3072)}
     steps = {c: 1000 * 5.0 / seed_curve(c) for c in (60, 1024, 3072)}
-    v = run(pro6000, measured, acceptance=2.0, step_ms=steps)
+    v = run(pro6000, measured, acceptance=1.5, step_ms=steps)
     assert v.kind is Kind.ACCEPTANCE_COLLAPSE and not v.passed
     text = v.explanation()
-    assert "acceptance fell -60.0%" in text and "almost all rejected" in text
-    assert "drafts accepted per step 4.00 -> 1.00" in text
+    assert "acceptance fell -70.0%" in text and "almost all rejected" in text
+    assert "drafts accepted per step 4.00 -> 0.50" in text
     assert "step time held" in text
     assert "draft" in text
 
@@ -207,10 +207,13 @@ def test_acceptance_and_step_time_both_moving_names_acceptance_first(pro6000):
 
 
 def test_acceptance_collapse_from_a_report(pro6000):
-    kind, text = explain_report(pro6000, 60, 60.0, 2.1, TOL)
+    kind, text = explain_report(pro6000, 60, 45.0, 1.6, TOL)
     assert kind is Kind.ACCEPTANCE_COLLAPSE
-    assert "acceptance FELL: 2.10 tokens/step (1.10 drafts accepted) against 5.00" in text
+    assert "acceptance FELL: 1.60 tokens/step (0.60 drafts accepted) against 5.00" in text
     assert "held: the throughput lost is the acceptance lost" in text
+    # Half the drafts still accepted: a partial drop, an acceptance regression.
+    kind, text = explain_report(pro6000, 60, 83.0, 3.0, TOL)
+    assert kind is Kind.ACCEPTANCE_REGRESSION
 
 
 def test_improvement_passes_and_asks_for_refresh(pro6000):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from perftests import factors
 from perftests.baseline import Baseline
 from perftests.scaling import ScalingModel, fit
 from perftests.triage.extrapolate import Extrapolation, settle_command
@@ -134,7 +135,7 @@ def explain(report: Report, ref: Reference, tolerance: float, hardware: str) -> 
             f"{_pct(acc_ratio)}"
         )
         if not held:
-            collapse = drafts_then > 0 and drafts_now / drafts_then < 0.5
+            collapse = drafts_then > 0 and drafts_now / drafts_then < factors.COLLAPSE
             kind = Kind.ACCEPTANCE_COLLAPSE if collapse else Kind.ACCEPTANCE_REGRESSION
             step_now = 1000 * report.acceptance / tps
             step_exp = 1000 * ref.acceptance / ref.expected
