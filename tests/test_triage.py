@@ -304,3 +304,17 @@ def test_a_gate_point_against_a_provisional_curve_is_judged_against_its_band(tps
             compare_point(measured, est(5000, tps, launches=3), 0.10, launch_noise_prior=0.02).status
             == "fail"
         )
+
+
+def test_a_gate_run_against_an_imported_curve_says_so(tmp_path):
+    from perftests.reports import markdown, terminal
+    from tests.test_run import CURVE, make_run, point
+
+    pts = [imported.parse_point(f"{c}:{t}") for c, t in CURVE.items()]
+    bl.save(imported.build("unit", pts, reason="r", source="vendor sheet"), tmp_path / "unit.yaml")
+    run = make_run(tmp_path)
+    run.points = [point(c, t) for c, t in CURVE.items()]
+    run.conclude()
+    rec = run.record()
+    assert "(IMPORTED from vendor sheet)" in terminal.plain(terminal.summary(rec))
+    assert "IMPORTED from vendor sheet" in markdown.section(rec)

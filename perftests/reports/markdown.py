@@ -11,6 +11,7 @@ from pathlib import Path
 from perftests.paired import WORDS
 from perftests.record import RunRecord
 from perftests.shape import ShapeComparison
+from perftests.triage.imported import label as label_imported
 
 MARK = {
     "pass": "pass",
@@ -76,7 +77,9 @@ def section(record: RunRecord, *, plot: Path | None = None, record_path: Path | 
         out.append("")
     elif b is not None and ja is not None:
         out.append(
-            f"Against the baseline `{ja.path}` of {b.created[:10]} ({b.launches} launch(es); "
+            f"Against the baseline `{ja.path}` of {b.created[:10]}"
+            + (f", {label_imported(b)}" if label_imported(b) else "")
+            + f" ({b.launches} launch(es); "
             f"tolerance −{ja.tolerance:.0%}); this run {len(record.launches)} launch(es); "
             f"commit `{(record.commit or 'unknown')[:12]}`."
         )

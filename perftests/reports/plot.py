@@ -14,6 +14,7 @@ from typing import Any
 
 from perftests.record import PointResult, RunRecord
 from perftests.scaling import ScalingModel
+from perftests.triage.imported import label as label_imported
 
 STATUS_COLOURS = {
     "pass": "#1f77b4",
@@ -90,6 +91,8 @@ def figure(record: RunRecord) -> Any:
     title = f"{record.name} ({record.engine}): {verdict}"
     if (v and v.provisional) or base.get("provisional"):
         title += " vs PROVISIONAL baseline"
+    elif b is not None and label_imported(b):
+        title += " vs IMPORTED baseline"
     fig.suptitle(
         title, fontsize=12, fontweight="bold", color="#d62728" if o is not None and o.failed else "black"
     )

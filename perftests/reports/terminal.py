@@ -13,6 +13,7 @@ from perftests.paired import WORDS
 from perftests.record import RunRecord
 from perftests.reports.fields import verdict_text
 from perftests.shape import ShapeComparison
+from perftests.triage.imported import label as label_imported
 
 WIDTH = 100
 
@@ -218,7 +219,8 @@ def summary(record: RunRecord, *, baseline_label: str | None = None) -> list[Lin
         if ab is not None:
             out.append(("-", "B against A, launch pairs"))
         else:
-            out.append(("-", f"against{tag} baseline {label}"))
+            imp = label_imported(record.baseline) if record.baseline else ""
+            out.append(("-", f"against{tag} baseline {label}" + (f" ({imp})" if imp else "")))
         table = comparison_table(judged, ab=ab is not None)
         if record.verdict is not None and record.verdict.shapes:
             table += "\n" + shape_table(record.verdict.shapes, ab=ab is not None)
