@@ -13,6 +13,7 @@
 #        baselines/h200-llamacpp-7b.yaml if the time allows, else one measure-only launch
 #   bash scripts/gpu_validation_7b.sh stage2   (refresh if not done), A/A gate runs
 #   bash scripts/gpu_validation_7b.sh stage3   A/A up to $AA_TOTAL, injected changes, A/B if time
+#   bash scripts/gpu_validation_7b.sh ab       a 2-pair A/B of one more layer (what time was left)
 #   bash scripts/gpu_validation_7b.sh summary  (here, not on the device) tables from the records
 # The stages must follow each other on one warm machine (build, models, baseline in /tmp).
 # Each device stage stops starting gate runs when fewer than the seconds a run needs are left
@@ -31,25 +32,141 @@ KEEP=/tmp/pt7b  # survives between calls on a warm machine: baseline copy, A/A c
 M='n_embd=4096,n_layer=32,n_head=32,n_head_kv=8,n_ff=14336,n_vocab=32000,n_ctx_train=32768'
 
 if [ "$STAGE" = summary ]; then
-  exec .venv/bin/python - "${@:2}" <<'EOF'
-# Summaries from the run records (fetched from the device, unpacked under the given folder).
+  # Here, not on the device: tables from the run records that came back (default
+  # docs/gpu-validation/7b/records) with the tree that ran them (.carry/tree, else this checkout).
+  PP=$( [ -d .carry/tree/perftests ] && echo .carry/tree || echo . )
+  R=${2:-docs/gpu-validation/7b/records}
+  PYTHONPATH=$PP .venv/bin/python - "$R" <<'EOF'
 import glob, json, math, os, statistics as st, sys
-from perftests.record import RunRecord
+from scipy.stats import spearmanr
+from perftests.compare import launches_needed, pooled_noise
 root = sys.argv[1] if len(sys.argv) > 1 else "docs/gpu-validation/7b/records"
+bw = json.load(open(os.path.join(root, "..", "bandwidth.json")))["tb_per_s"] * 1e12
+recs = {os.path.basename(p)[:-5]: json.load(open(p)) for p in glob.glob(os.path.join(root, "*.json"))}
 def lsd(xs):
     xs = [math.log(x) for x in xs]
     return st.stdev(xs) if len(xs) > 1 else float("nan")
-rows, aa = [], []
-for path in sorted(glob.glob(os.path.join(root, "**", "*.json"), recursive=True)):
-    try:
-        rec = RunRecord.read(path)
-    except Exception as e:  # noqa: BLE001
-        print(f"{path}: unreadable ({e})"); continue
-    d = json.load(open(path))
-    name = os.path.basename(path)[:-5]
-    print(f"== {name}: outcome {d.get('outcome', {}).get('status') if isinstance(d.get('outcome'), dict) else d.get('outcome')}")
-    print(json.dumps({k: d[k] for k in d if k in ("verdict",)}, default=str)[:600])
+def launches(d):  # per kept launch: {ctx: median tok/s}, {ctx: engine tok/s}
+    out = {}
+    drop = {l["index"] for l in d["launches"] if l.get("discarded")}
+    for p in d["points"]:
+        if p["launch"] in drop:
+            continue
+        out.setdefault(p["launch"], {})[p["context"]] = p["summary"]["tps"]["median"]
+    return out
+def ctrl(d, launch, key):
+    vals = []
+    for r in d["control"]:
+        if r["launch"] != launch:
+            continue
+        if key in ("sm", "mem", "temp", "power"):
+            g = r["gpus"][0]
+            vals.append(g[{"sm": "sm_clock_mhz", "mem": "mem_clock_mhz", "temp": "temperature_c", "power": "power_draw_w"}[key]])
+        else:
+            vals.append(r.get(key))
+    return vals
+order = ["refresh"] + [f"aa-{i}" for i in range(1, 30) if f"aa-{i}" in recs]
+ctxs = recs["refresh"]["settings"]["contexts"]
+# --- every launch of the unchanged service, with the control read before / after it
+print("## Launches of the unchanged 7B service (refresh + A/A), control before / after each")
+print("| run | launch | " + " | ".join(f"tok/s {c}" for c in ctxs) + " | startup s | GPU copy GB/s | SM MHz | mem MHz | temp C | power W | CPU matmul GFLOP/s |")
+print("|---|---:|" + "---:|" * len(ctxs) + "---:|---:|---:|---:|---:|---:|---:|")
+rows = []
+for name in order:
+    d = recs[name]
+    for li, tps in sorted(launches(d).items()):
+        st_s = next(l["startup_s"] for l in d["launches"] if l["index"] == li)
+        c = {k: ctrl(d, li, k) for k in ("gpu_copy_gbs", "sm", "mem", "temp", "power", "cpu_gflops")}
+        f = lambda v, fmt: " / ".join(fmt.format(x) for x in v)
+        print(f"| {name} | {li + 1} | " + " | ".join(f"{tps[x]:.1f}" for x in ctxs)
+              + f" | {st_s:.1f} | {f(c['gpu_copy_gbs'], '{:.0f}')} | {f(c['sm'], '{:.0f}')} | {f(c['mem'], '{:.0f}')}"
+              + f" | {f(c['temp'], '{:.0f}')} | {f(c['power'], '{:.0f}')} | {f(c['cpu_gflops'], '{:.0f}')} |")
+        rows.append((name, tps, {k: st.mean(v) for k, v in c.items() if v and None not in v}))
+print()
+print("## Between-launch spread (sd of log tok/s of the launch medians) and the control")
+for label, sel in (("refresh (5)", [r for r in rows if r[0] == "refresh"]),
+                   ("A/A (%d)" % sum(r[0] != "refresh" for r in rows), [r for r in rows if r[0] != "refresh"]),
+                   ("all (%d)" % len(rows), rows)):
+    line = [f"{label}:"]
+    for x in ctxs:
+        v = [r[1][x] for r in sel]
+        line.append(f"ctx {x}: median {st.median(v):.1f}, range {min(v):.1f}-{max(v):.1f}, sd {lsd(v):.2%}")
+    for x in ctxs[1:]:
+        q = [r[1][x] / r[1][ctxs[0]] for r in sel]
+        line.append(f"quotient {x}/{ctxs[0]} sd {lsd(q):.2%}")
+    print("- " + "; ".join(line))
+for key in ("gpu_copy_gbs", "temp", "power", "cpu_gflops", "sm"):
+    out = []
+    for x in ctxs:
+        t = [r[1][x] for r in rows if key in r[2]]
+        k = [r[2][key] for r in rows if key in r[2]]
+        if len(set(k)) < 2:
+            out.append(f"ctx {x}: control constant ({k[0] if k else '-'})"); continue
+        rho = spearmanr(t, k).statistic
+        norm = lsd([a / b for a, b in zip(t, k)]) if key in ("gpu_copy_gbs", "cpu_gflops") else float("nan")
+        out.append(f"ctx {x}: Spearman {rho:+.2f}" + (f", sd of tok/s over it {norm:.2%} (raw {lsd(t):.2%})" if norm == norm else ""))
+    ks = [r[2][key] for r in rows if key in r[2]]
+    print(f"- control {key} (mean of before/after per launch; range {min(ks):.1f}-{max(ks):.1f}, sd {lsd(ks):.2%}): " + "; ".join(out))
+print()
+# --- decode rate against the HBM floor
+spec = dict(n_embd=4096, n_layer=32, n_head_kv=8, n_ff=14336, n_vocab=32000, head_dim=128)
+d_, L, ff, v = spec["n_embd"], spec["n_layer"], spec["n_ff"], spec["n_vocab"]
+per_layer = 2 * d_ * d_ + 2 * d_ * spec["n_head_kv"] * spec["head_dim"] + 3 * d_ * ff
+w_read = 2 * (L * per_layer + v * d_)  # f16 matrices read per token; token_embd reads one row
+kv_tok = 2 * L * spec["n_head_kv"] * spec["head_dim"] * 2  # K and V, f16, per context token
+ref = recs["refresh"]
+est = {x: math.exp(st.mean(math.log(l[x]) for l in launches(ref).values())) for x in ctxs}
+eng = {}
+for p in ref["points"]:
+    eng.setdefault(p["context"], []).append(p["summary"]["engine_tps"]["median"])
+print(f"## Decode against the HBM floor: {w_read / 1e9:.3f} GB of weights + {kv_tok} B of KV per context token, copy bandwidth {bw / 1e12:.3f} TB/s")
+print("| context | gate tok/s | engine tok/s | gate/engine | ms/token | floor ms (ctx + 136) | of floor |")
+print("|---:|---:|---:|---:|---:|---:|---:|")
+for x in ctxs:
+    e = math.exp(st.mean(math.log(y) for y in eng[x]))
+    floor = (w_read + kv_tok * (x + 136)) / bw * 1e3
+    print(f"| {x} | {est[x]:.1f} | {e:.1f} | {est[x] / e:.3f} | {1e3 / est[x]:.3f} | {floor:.3f} | {floor / (1e3 / est[x]):.1%} |")
+print()
+# --- every gate run: outcome, verdict, ratios, quotients, launches, catches
+print("## Gate runs")
+print("| run | outcome | verdict | ratio " + " / ".join(map(str, ctxs)) + " | quotient " + " / ".join(map(str, ctxs[1:])) + " | launches (dropped) | catches | noise |")
+print("|---|---|---|---|---|---|---|---|")
+for name in sorted(recs, key=lambda n: recs[n]["created"]):
+    d = recs[name]
+    if name in ("sanity",) or d.get("ab"):
+        continue
+    comps = {c["context"]: c for c in d.get("comparisons") or []}
+    shapes = (d.get("verdict") or {}).get("shapes") or []
+    sh = {s["context"]: s for s in shapes}
+    nl = len(d["launches"]); nd = sum(1 for l in d["launches"] if l.get("discarded"))
+    rr = " / ".join(f"{comps[x]['ratio']:.3f}" for x in ctxs if x in comps) or "-"
+    qq = " / ".join(f"{sh[x]['ratio']:.3f}{'*' if sh[x].get('status') == 'fail' else ''}" for x in ctxs[1:] if x in sh) or "-"
+    cat = " / ".join(f"{max(comps[x]['tolerance'], comps[x]['mde']):.1%}" for x in ctxs if x in comps) or "-"
+    noi = " / ".join(f"{comps[x]['noise_sd']:.1%}" for x in ctxs if x in comps) or "-"
+    print(f"| {name} | {d['outcome']['kind']} | {(d.get('verdict') or {}).get('kind', '-')} | {rr} | {qq} | {nl} ({nd}) | {cat} | {noi} |")
+print()
+# --- launches a drop needs, at the measured noise (run's Bonferroni family 2m - 1)
+fam = 2 * len(ctxs) - 1
+aa = [r for r in rows if r[0] != "refresh"]
+print(f"## Launches a run needs (compare.launches_needed, K=5, family {fam})")
+for x in ctxs:
+    sd_aa = lsd([r[1][x] for r in aa])
+    pooled = pooled_noise([(lsd([r[1][x] for r in rows if r[0] == 'refresh']), 5), (sd_aa, len(aa))], 0.0)
+    out = []
+    for sd, what in ((sd_aa, f"A/A sd {sd_aa:.2%}"), (pooled.sd, f"refresh+A/A pooled {pooled.sd:.2%}"), (0.015, "1.5% (the runs' pooled noise)"), (0.02, "2%")):
+        need = {drop: launches_needed(sd, 5, drop, family=fam) for drop in (0.03, 0.05, 0.10)}
+        out.append(what + ": " + ", ".join(f"{int(k * 100)}% drop {v}" for k, v in need.items()))
+    print(f"- ctx {x}: " + "; ".join(out))
 EOF
+  # Every recorded gate run judged again against the refresh's record at this checkout's profile
+  # defaults (perftests compare: the run's launches as recorded, no reruns).
+  echo; echo "## Re-judged at the profile's current defaults (perftests compare refresh.json RUN.json)"
+  for f in "$R"/aa-*.json "$R"/layer*.json "$R"/kvq8.json "$R"/fa-off.json; do
+    [ -f "$f" ] || continue
+    PYTHONPATH=$PP .venv/bin/python -m perftests.cli compare --profile-dir perftests/profiles "$R/refresh.json" "$f" 2>&1 \
+      | awk -v n="$(basename "$f" .json)" '/^verdict/ {v=$0} /^ *[0-9]+ / && NF>=9 {r=r" "$1":"$4"("$6")"} END {print "- " n ": " v ";" r}'
+  done
+  exit 0
 fi
 
 mkdir -p "$OUT" .perftests "$KEEP"
@@ -191,6 +308,15 @@ stage3)
   fi
   pack
   ;;
+ab)
+  # What the last ~4 minutes of the session's device time allowed: the smallest A/B (2 pairs of
+  # launches, ABBA) of one more layer against the unchanged service.
+  mkdir -p /tmp/v-ab && sed -e 's/n_layer=32,/n_layer=33,/' -e "s/^name: $HW/name: $HW-l33/" \
+    "perftests/profiles/$HW.yaml" > "/tmp/v-ab/$HW-l33.yaml"
+  timeout $(($(left) - 5)) python3 -m perftests.cli ab --profile-dir /tmp/v-ab --hw $HW --ab-candidate "$HW-l33" \
+    --ab-pairs "${AB_PAIRS:-2}" --ab-max-pairs "${AB_MAX_PAIRS:-2}" --ab-seed 1 --json "$OUT/ab-l33-2pairs.json" \
+    --plot none 2>&1 | tee "$OUT/ab-l33-2pairs.txt" | tail -40
+  ;;
 *)
-  echo "usage: $0 stage1|stage2|stage3|summary [records-dir]" >&2; exit 2 ;;
+  echo "usage: $0 stage1|stage2|stage3|ab|summary [records-dir]" >&2; exit 2 ;;
 esac
