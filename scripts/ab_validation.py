@@ -78,11 +78,15 @@ def one(values: dict[str, Any], root: Path) -> dict[str, Any]:
     }
 
 
-def series(name: str, values: dict[str, Any], n: int, root: Path, out: dict[str, Any]) -> None:
+def series(
+    name: str, values: dict[str, Any], n: int, root: Path, out: dict[str, Any], save: Any = None
+) -> None:
     runs = out["series"].setdefault(name, [])
     for i in range(n):
         r = one(values, root)
         runs.append(r)
+        if save is not None:
+            save()
         ratios = " ".join(f"{c}:{x:.3f}[{r['low'][c]:.2f},{r['high'][c]:.2f}]" for c, x in r["ratio"].items())
         print(
             f"  {name} {i + 1}/{n}: {r['outcome']:<14} {r['verdict'] or '-':<28} {ratios} "
@@ -114,9 +118,11 @@ def analyse(res: dict[str, Any], tolerance: float, refresh_launches: int = 5) ->
     contexts = sorted({c for r in aa for c in r["ratio"]}, key=int)
     noise = {}
     for c in contexts:
-        diffs = [math.log(b / a) for r in aa for a, b in zip(r["a_tps"][c], r["b_tps"][c], strict=True)]
+        # Campaigns that ended MACHINE BUSY keep the pairs they had; one with none has no figures.
+        had = [r for r in aa if c in r["a_tps"]]
+        diffs = [math.log(b / a) for r in had for a, b in zip(r["a_tps"][c], r["b_tps"][c], strict=True)]
         runs_sd = []  # per campaign, so the machine's slow drift across campaigns is not counted
-        for r in aa:
+        for r in had:
             xs = np.log(r["a_tps"][c] + r["b_tps"][c])
             if len(xs) > 2:
                 runs_sd.append(float(np.std(xs, ddof=1)))
@@ -192,18 +198,20 @@ def main() -> int:
     t0 = time.time()
 
     def save() -> None:
-        res["analysis"] = analyse(res, a.tolerance)
+        # The raw campaigns first: an analysis that fails must not lose an hour of launches.
         res["elapsed_s"] = round(time.time() - t0)
         args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(res, indent=1))
+        res["analysis"] = analyse(res, a.tolerance)
         args.out.write_text(json.dumps(res, indent=1))
 
     if args.aa:
         print(f"A/A: {args.aa} campaigns", flush=True)
-        series("aa", {**base, "ab_env": ["PERFTESTS_AB_UNUSED=1"]}, args.aa, root, res)
+        series("aa", {**base, "ab_env": ["PERFTESTS_AB_UNUSED=1"]}, args.aa, root, res, save)
         save()
     for name in [x for x in args.inject.split(",") if x]:
         print(f"{name}: {args.runs} campaign(s)", flush=True)
-        series(name, {**base, **INJECT[name]}, args.runs, root, res)
+        series(name, {**base, **INJECT[name]}, args.runs, root, res, save)
         save()
     save()
     print(json.dumps(res["analysis"], indent=1))
