@@ -196,8 +196,8 @@ def test_an_attached_base_cannot_have_its_launch_changed(tmp_path):
 # -- the campaign's judging and record, on figures put in place of launches --------------------
 
 
-def _campaign(tmp_path: Path, ratios: dict[int, float]) -> ABRun:
-    a, b, ab = resolve_ab(_values(tmp_path, ab_env=["X=1"], ab_seed=1), tmp_path)
+def _campaign(tmp_path: Path, ratios: dict[int, float], **kw) -> ABRun:
+    a, b, ab = resolve_ab(_values(tmp_path, ab_env=["X=1"], ab_seed=1, **kw), tmp_path)
     run = ABRun(dataclasses.replace(a, control=False), dataclasses.replace(b, control=False), ab)
     base = {64: 900.0, 512: 800.0, 2048: 500.0}
     for j, level in enumerate(LEVELS[:4]):
@@ -375,3 +375,17 @@ def test_reports_name_the_two_sides(tmp_path):
     assert "B / A" in " ".join(ylabels)
     xml = junit.to_string([rec])
     assert 'name="ratio"' in xml and "B/A 0.8" in xml
+
+
+def test_each_look_spends_part_of_the_error_rate(tmp_path):
+    """The campaign judges after its first pairs and after each further block: with 4 first and
+    a budget of 8 that is 3 looks, so each interval is at 1 - 0.05 / (5 tests x 3 looks)."""
+    run = _campaign(tmp_path, {64: 1.0, 512: 1.0, 2048: 1.0}, ab_pairs=4, ab_max_pairs=8)
+    assert run.looks == 3
+    run.judge()
+    assert {c.family for c in run.comparisons.values()} == {15}
+    once = _campaign(tmp_path, {64: 1.0, 512: 1.0, 2048: 1.0}, ab_pairs=4, ab_max_pairs=4)
+    once.judge()
+    assert once.looks == 1 and once.comparisons[64].family == 5
+    # More looks, wider intervals from the same pairs.
+    assert run.comparisons[64].ratio_high > once.comparisons[64].ratio_high

@@ -95,7 +95,8 @@ def comparison_table(comparisons: list[PointComparison], *, ab: bool = False) ->
     if ab:
         lines.append(
             "pairs: adjacent A/B launches; noise: sd of the paired log ratio; 95% CI: paired t, "
-            "Bonferroni over the run's tests; SAME: the interval excludes a drop of the tolerance; "
+            "Bonferroni over the run's tests and its looks (a judgement after each block); SAME: "
+            "the interval excludes a drop of the tolerance; "
             "catches: the smallest drop this many pairs can call SLOWER"
         )
         return "\n".join(lines)
