@@ -257,7 +257,10 @@ class ABRun:
                 sds = [t.noise_sd for t in unknown if math.isfinite(t.noise_sd)]
                 family = unknown[0].family
                 self.needed = (
-                    max((pairs_needed(sd, self.config.tolerance, family=family) or 10**6) for sd in sds)
+                    max(
+                        (pairs_needed(sd, self.config.tolerance, family=family, prior=True) or 10**6)
+                        for sd in sds
+                    )
                     if sds
                     else None
                 )
@@ -329,8 +332,12 @@ class ABRun:
         fa, fb = self.figures()
         contexts = cfg.settings.contexts
         family = (len(contexts) + shape_tests(contexts)) * self.looks
+        # A difference of two launches varies sqrt(2) times one launch's noise.
+        prior = math.sqrt(2) * cfg.launch_noise
         out = {
-            ctx: compare_pairs(ctx, fa[ctx], fb[ctx], cfg.tolerance, family=family, pairs_n=len(fa[ctx]))
+            ctx: compare_pairs(
+                ctx, fa[ctx], fb[ctx], cfg.tolerance, family=family, pairs_n=len(fa[ctx]), prior_sd=prior
+            )
             for ctx in contexts
             if ctx in fa
         }
@@ -341,7 +348,9 @@ class ABRun:
                     f"{c.launches} pairs: {_word(c.status)}"
                 )
         self.comparisons = out
-        self.shapes = compare_pair_shapes(fa, fb, cfg.tolerance, family=family)
+        self.shapes = compare_pair_shapes(
+            fa, fb, cfg.tolerance, family=family, prior_sd=math.sqrt(2) * cfg.shape_noise
+        )
         return out
 
     def conclude(self) -> Outcome:

@@ -7,8 +7,12 @@ most of it. The difference of their logs, d_j = log B_j - log A_j, cancels what 
 ABBA / BAAB blocks a linear drift cancels exactly over each block. The decision is Student's t on
 the d_j (the paired t-interval, scipy.stats.t): B/A = exp(mean d), its interval exp(mean d +-
 t * sd(d) / sqrt(n)), at 1 - 0.05/m for the m tests of the run (Bonferroni, as compare.py). The t
-distribution with n - 1 degrees of freedom is what keeps a lucky small spread of two or three
-pairs from claiming precision: no prior is needed, and none is used.
+distribution keeps a small sample's spread honest, and the sd of the d_j is pooled with a prior,
+the profile's launch_noise (and shape_noise for the quotients) times sqrt(2), counted as
+PRIOR_DF = 4 degrees of freedom, exactly as the stored-curve gate pools its launch noise: in the
+first A/A campaigns four pairs of an unchanged service happened to agree within sd 4% at 4096
+tokens with B ahead in all four (1.19 [1.05, 1.35]), a false FASTER that the t quantile alone
+did not prevent on this VM, whose launches move by 8-10% each.
 
 Beside it, scipy.stats.mannwhitneyu on the launch medians (unpaired, distribution-free) is
 recorded as a cross-check, not a decision: it ignores the pairing, so it needs more launches
@@ -30,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
-from perftests.compare import ALPHA, SE_FLOOR, PointComparison, Status
+from perftests.compare import ALPHA, PRIOR_DF, SE_FLOOR, PointComparison, Status
 from perftests.shape import ShapeComparison
 
 # Status of compare.py, read for an A/B: the same names, so the curve verdict and the reports
@@ -66,24 +70,42 @@ class PairedDiff:
     diffs: tuple[float, ...]  # log B_j - log A_j per pair
     within_se: float  # median over pairs of the pair's own se of its difference
     family: int
+    prior_sd: float = 0.0  # sd of a paired difference assumed before any pair (0: none)
 
     @property
     def n(self) -> int:
         return len(self.diffs)
 
     @property
-    def sd(self) -> float | None:
+    def sample_sd(self) -> float | None:
         return float(np.std(self.diffs, ddof=1)) if self.n >= 2 else None
+
+    @property
+    def df(self) -> float:
+        return (PRIOR_DF if self.prior_sd > 0 else 0.0) + max(self.n - 1, 0)
+
+    @property
+    def sd(self) -> float | None:
+        """The pairs' sd pooled with the prior's PRIOR_DF degrees of freedom (as the
+        stored-curve gate pools the profile's launch_noise): four pairs that happen to agree
+        cannot claim a 4% spread on a machine whose launches move by 10%."""
+        s = self.sample_sd
+        if self.prior_sd <= 0:
+            return s
+        k = max(self.n - 1, 0)
+        var = (PRIOR_DF * self.prior_sd**2 + k * (s or 0.0) ** 2) / (PRIOR_DF + k)
+        return math.sqrt(var)
 
     def interval(self) -> tuple[float, float, float, float]:
         """(ratio, low, high, detectable drop) of B/A at 1 - ALPHA/family."""
         mean = float(np.mean(self.diffs))
         ratio = math.exp(mean)
-        if self.n < 2 or self.sd is None:
+        sd = self.sd
+        if self.n < 2 or sd is None:
             return ratio, 0.0, math.inf, 1.0
         # The pairs cannot be more precise than their own medians say, nor than the floor.
-        se = max(self.sd / math.sqrt(self.n), self.within_se / math.sqrt(self.n), SE_FLOOR)
-        q = float(sps.t.ppf(1 - ALPHA / 2 / max(self.family, 1), self.n - 1))
+        se = max(sd / math.sqrt(self.n), self.within_se / math.sqrt(self.n), SE_FLOOR)
+        q = float(sps.t.ppf(1 - ALPHA / 2 / max(self.family, 1), self.df))
         return ratio, ratio * math.exp(-q * se), ratio * math.exp(q * se), 1 - math.exp(-q * se)
 
 
@@ -94,10 +116,12 @@ def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float | None:
     return float(sps.mannwhitneyu(list(b), list(a), alternative="two-sided").pvalue)
 
 
-def _diff(a: Sequence[LaunchFigure], b: Sequence[LaunchFigure], family: int) -> PairedDiff:
+def _diff(
+    a: Sequence[LaunchFigure], b: Sequence[LaunchFigure], family: int, prior_sd: float = 0.0
+) -> PairedDiff:
     diffs = tuple(math.log(y.tps / x.tps) for x, y in zip(a, b, strict=True))
     within = float(np.median([math.hypot(x.se, y.se) for x, y in zip(a, b, strict=True)]))
-    return PairedDiff(diffs, within, family)
+    return PairedDiff(diffs, within, family, prior_sd)
 
 
 def _gm(xs: Sequence[float | None]) -> float | None:
@@ -113,6 +137,7 @@ def compare_pairs(
     *,
     family: int,
     pairs_n: int,
+    prior_sd: float = 0.0,
 ) -> PointComparison:
     """B against A at one context from paired launches (a[j] with b[j]). The result is a
     PointComparison (A in the baseline's place) so that the curve verdict and every report read
@@ -120,7 +145,7 @@ def compare_pairs(
     the sd of the paired log differences, `noise_df` its degrees of freedom."""
     if len(a) != len(b) or not a:
         raise ValueError(f"ctx={context}: {len(a)} A launches against {len(b)} B launches")
-    d = _diff(a, b, family)
+    d = _diff(a, b, family, prior_sd)
     ratio, low, high, mde = d.interval()
     return PointComparison(
         context=context,
@@ -141,7 +166,7 @@ def compare_pairs(
         launches=d.n,
         baseline_launches=d.n,
         noise_sd=d.sd if d.sd is not None else math.nan,
-        noise_df=max(d.n - 1, 0),
+        noise_df=d.df,
         noise_source="pairs",
         family=family,
     )
@@ -153,6 +178,7 @@ def compare_pair_shapes(
     tolerance: float,
     *,
     family: int,
+    prior_sd: float = 0.0,
 ) -> list[ShapeComparison]:
     """Each context over the shortest, within each launch, B's against A's, pair by pair: the
     quotient's paired difference cancels the machine's level and the pair's shared drift."""
@@ -168,7 +194,7 @@ def compare_pair_shapes(
         qb = [
             LaunchFigure(x.tps / r.tps, math.hypot(x.se, r.se)) for x, r in zip(b[ctx], b[ref], strict=True)
         ]
-        d = _diff(qa, qb, family)
+        d = _diff(qa, qb, family, prior_sd)
         ratio, low, high, mde = d.interval()
         status = ab_judge(ratio, low, high, tolerance)
         out.append(
@@ -187,7 +213,7 @@ def compare_pair_shapes(
                 launches=d.n,
                 baseline_launches=d.n,
                 noise_sd=d.sd if d.sd is not None else math.nan,
-                noise_df=max(d.n - 1, 0),
+                noise_df=d.df,
                 noise_source="pairs",
                 family=family,
             )
@@ -195,12 +221,15 @@ def compare_pair_shapes(
     return out
 
 
-def pairs_needed(sd: float, tolerance: float, *, family: int, limit: int = 200) -> int | None:
+def pairs_needed(
+    sd: float, tolerance: float, *, family: int, limit: int = 200, prior: bool = False
+) -> int | None:
     """Pairs at which the interval's half-width falls to half the tolerance (in log): enough to
-    tell B/A near 1 from B/A near 1 - tolerance at this noise. None if `limit` is not enough."""
+    tell B/A near 1 from B/A near 1 - tolerance at this noise. None if `limit` is not enough.
+    `prior`: the interval's degrees of freedom include the prior's PRIOR_DF."""
     target = -math.log(1 - tolerance) / 2
     for n in range(2, limit + 1):
-        q = float(sps.t.ppf(1 - ALPHA / 2 / max(family, 1), n - 1))
+        q = float(sps.t.ppf(1 - ALPHA / 2 / max(family, 1), n - 1 + (PRIOR_DF if prior else 0)))
         if q * max(sd, SE_FLOOR) / math.sqrt(n) <= target:
             return n
     return None
