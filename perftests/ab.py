@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -30,7 +31,7 @@ from perftests.paired import (
     compare_pair_shapes,
     compare_pairs,
     mann_whitney_p,
-    pairs_needed,
+    pairs_to_decide,
 )
 from perftests.record import ABInfo, JudgedAgainst, RunRecord
 from perftests.run import GateRun
@@ -254,12 +255,16 @@ class ABRun:
                 if not unknown:
                     break
                 n = self.pairs
-                sds = [t.noise_sd for t in unknown if math.isfinite(t.noise_sd)]
+                sds = [sd for t in unknown if math.isfinite(sd := self._sample_sd(t))]
                 family = unknown[0].family
+                # Pairs each unknown test needs at its own B/A and the pairs' own sd (the prior
+                # only weighs while pairs are few): a large drop is decided in a few more pairs,
+                # a ratio near the tolerance may need more than the budget.
                 self.needed = (
                     max(
-                        (pairs_needed(sd, self.config.tolerance, family=family, prior=True) or 10**6)
-                        for sd in sds
+                        (pairs_to_decide(t.ratio, sd, self.config.tolerance, family=family) or 10**6)
+                        for t in unknown
+                        if math.isfinite(sd := self._sample_sd(t))
                     )
                     if sds
                     else None
@@ -267,16 +272,15 @@ class ABRun:
                 need = "more than 200" if self.needed == 10**6 else str(self.needed)
                 if n >= ab.max_pairs:
                     self._note(
-                        f"still unknown after {n} pairs, the budget (--perf-ab-max-pairs); the "
-                        f"noise so far needs about {need} pairs to resolve a "
-                        f"{self.config.tolerance:.0%} change"
+                        f"still unknown after {n} pairs, the budget (--perf-ab-max-pairs); at the "
+                        f"ratios and noise so far deciding needs about {need} pairs"
                     )
                     break
                 if n >= MIN_PAIRS_TO_GIVE_UP and self.needed is not None and self.needed > ab.max_pairs:
                     self._note(
-                        f"stopped at {n} pairs: at the noise seen so far (sd of the paired log "
-                        f"ratio up to {max(sds):.1%}) resolving a {self.config.tolerance:.0%} change "
-                        f"needs about {need} pairs, beyond the budget of {ab.max_pairs}"
+                        f"stopped at {n} pairs: at the ratios and noise seen so far (sd of the "
+                        f"paired log ratio up to {max(sds):.1%}) deciding needs about {need} pairs, "
+                        f"beyond the budget of {ab.max_pairs}"
                     )
                     break
                 where = ", ".join(sorted({str(t.context) for t in unknown}))
@@ -292,6 +296,23 @@ class ABRun:
             for side in self.sides.values():
                 side.close()
         return self.conclude()
+
+    def _sample_sd(self, t: PointComparison | ShapeComparison) -> float:
+        """The sd of a test's paired log differences from the pairs alone (no prior)."""
+        fa, fb = self.figures()
+        if isinstance(t, ShapeComparison):
+            ref = t.reference
+            if t.context not in fa or ref not in fa:
+                return math.nan
+            d = [
+                math.log((y.tps / yr.tps) / (x.tps / xr.tps))
+                for x, xr, y, yr in zip(fa[t.context], fa[ref], fb[t.context], fb[ref], strict=False)
+            ]
+        else:
+            if t.context not in fa:
+                return math.nan
+            d = [math.log(y.tps / x.tps) for x, y in zip(fa[t.context], fb[t.context], strict=True)]
+        return statistics.stdev(d) if len(d) >= 2 else math.nan
 
     def _block(self) -> bool:
         """Two pairs in ABBA or BAAB order (random): a linear drift cancels over the block."""

@@ -235,7 +235,32 @@ def pairs_needed(
     return None
 
 
+def pairs_to_decide(
+    ratio: float, sd: float, tolerance: float, *, family: int, limit: int = 200
+) -> int | None:
+    """Pairs at which a test with this B/A and this sd of the paired log ratio would be decided,
+    if both held: SLOWER / FASTER once the interval excludes 1 (ratio beyond the tolerance), SAME
+    once it excludes a drop of the tolerance (ratio above 1 - tolerance); the nearer of the two.
+    The projection uses the pairs' own sd, not the prior (which only weighs while pairs are few).
+    None: `limit` pairs would not decide it (a ratio sitting on a boundary)."""
+    lr = math.log(ratio)
+    margins = []
+    if ratio < 1 - tolerance or ratio > 1 + tolerance:
+        margins.append(abs(lr))  # different: the interval must clear 1
+    if ratio > 1 - tolerance:
+        margins.append(lr - math.log(1 - tolerance))  # same: the interval must clear 1 - tolerance
+    margin = max(margins, default=0.0)
+    if margin <= 0:
+        return None
+    for n in range(2, limit + 1):
+        q = float(sps.t.ppf(1 - ALPHA / 2 / max(family, 1), n - 1 + PRIOR_DF))
+        if q * max(sd, SE_FLOOR) / math.sqrt(n) <= margin:
+            return n
+    return None
+
+
 __all__ = [
+    "pairs_to_decide",
     "WORDS",
     "LaunchFigure",
     "PairedDiff",

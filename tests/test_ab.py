@@ -406,3 +406,14 @@ def test_four_agreeing_pairs_of_an_unchanged_service_are_not_called_faster():
     c = compare_pairs(4096, a, b, 0.10, family=9, pairs_n=4, prior_sd=math.sqrt(2) * 0.10)
     assert c.status == "pass" and c.ratio_low < 1 < c.ratio_high
     assert c.noise_df == 7  # 3 from the pairs, 4 from the prior
+
+
+def test_a_large_drop_is_decided_in_fewer_pairs_than_a_small_one():
+    from perftests.paired import pairs_to_decide
+
+    big = pairs_to_decide(0.65, 0.14, 0.10, family=9)
+    small = pairs_to_decide(0.85, 0.14, 0.10, family=9)
+    same = pairs_to_decide(1.0, 0.14, 0.10, family=9)
+    assert big is not None and small is not None and same is not None
+    assert big < small and big <= 8 < same  # at this VM's noise: 35% within a budget of 8, not SAME
+    assert pairs_to_decide(0.9, 0.14, 0.10, family=9) is None  # on the boundary: never
