@@ -68,7 +68,8 @@ def pct(x: float) -> str:
 
 
 def describe(fs: Sequence[Factors]) -> str:
-    """One line: each factor's median over the points, and the drafts accepted per step."""
+    """One line: each factor's median over the points given (those that dropped), and the drafts
+    accepted per step."""
     acc, step = median([f.acceptance for f in fs]), median([f.step for f in fs])
     first = fs[0]
     drafts = [f.drafts for f in fs if f.drafts is not None]
@@ -78,8 +79,9 @@ def describe(fs: Sequence[Factors]) -> str:
         if drafts
         else ""
     )
+    where = ", ".join(str(f.context) for f in fs)
     return (
-        f"by factor (tok/s = tokens per step / step time): acceptance {pct(acc)}, step speed "
+        f"by factor at ctx={where} (tok/s = tokens per step / step time): acceptance {pct(acc)}, step speed "
         f"{pct(step)} (step time {first.step_ms_then:.2f} -> {first.step_ms_now:.2f} ms at "
         f"ctx={first.context}){d}"
     )

@@ -180,9 +180,10 @@ def test_unrelated_draft_is_an_acceptance_collapse(gate):
 
 def test_partly_rejected_drafts_are_an_acceptance_regression(gate):
     """A draft blended 0.3% towards an unrelated model (draft-mix-0.003; about 0.6 of its drafts
-    accepted where the identical draft gets all): drafts accepted per step fall by more than half
-    but not to nothing. Attributed by factor, that is an acceptance regression, not a uniform
-    step-cost drop (the old verdict) and not a collapse."""
+    accepted where the identical draft gets all). In a fresh-clone CI run acceptance fell at 64
+    tokens only (3.37 tokens/step against 5.02; held at 1024 and 4096: it depends on the text a
+    context holds), and the median over all points read "held", so the verdict said UNIFORM. The
+    points that dropped are the ones attributed: an acceptance regression, not a collapse."""
     spec = gate.baseline("gate-ref-spec.yaml", draft="draft-identical")
     assert spec.outcomes == {"passed": 4}, spec.out[-3000:]
     result = gate.run(
@@ -191,4 +192,4 @@ def test_partly_rejected_drafts_are_an_acceptance_regression(gate):
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.out[-4000:]
     assert "verdict: ACCEPTANCE REGRESSION" in result.out, result.out[-4000:]
     assert "a partial drop, the drafts are still partly accepted" in result.out
-    assert "by factor (tok/s = tokens per step / step time)" in result.out
+    assert "by factor at ctx=" in result.out

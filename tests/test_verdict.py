@@ -199,6 +199,21 @@ def test_partial_acceptance_drop_is_named_an_acceptance_regression(pro6000):
     assert "cost every step pays" not in text  # the old, wrong attribution
 
 
+def test_an_acceptance_drop_at_one_context_is_attributed_there(pro6000):
+    # Measured on the reference (a blended draft): acceptance -33% at the shortest context,
+    # held at the others. The median over the curve says "held"; the dropped point does not.
+    steps = {c: 1000 * 5.0 / seed_curve(c) for c in (60, 1024, 3072)}
+    acc = {60: 3.37, 1024: 5.0, 3072: 5.0}
+    cmps = [
+        compare_point(pro6000, est(c, 1000 * acc[c] / steps[c], acceptance=acc[c], step_ms=steps[c]), TOL,
+                      launch_noise_prior=0.01)
+        for c in steps
+    ]  # fmt: skip
+    v = classify(cmps, pro6000)
+    assert v.kind is Kind.ACCEPTANCE_REGRESSION, v.explanation()
+    assert "by factor at ctx=60 " in v.explanation()
+
+
 def test_acceptance_and_step_time_both_moving_names_acceptance_first(pro6000):
     steps = {c: 1.15 * 1000 * 5.0 / seed_curve(c) for c in (60, 1024, 3072)}
     v = run(pro6000, {c: 1000 * 3.8 / steps[c] for c in steps}, acceptance=3.8, step_ms=steps)
