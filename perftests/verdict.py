@@ -141,6 +141,11 @@ def classify(
     # context holds, and a draft that fails on one context's text can hold on another's (a
     # blended draft on the reference: -33% at 64 tokens, held at 1024 and 4096).
     dropped = {p.context for p in pts if p.status in ("fail", "inconclusive")}
+    # Acceptance is a count, not a timing: the machine's speed does not move it, so a context
+    # whose acceptance fell beyond the tolerance is a drafting regression even where its tok/s
+    # passed (a run on a faster machine hid a 33% acceptance drop at 64 tokens inside the
+    # tolerance of its tok/s).
+    dropped |= {f.context for f in split if f.acceptance < 1 - tol}
     focus = [f for f in split if f.context in dropped] or split
     if split and (failing or shape_fail or dropped):
         v.lines.append(factors.describe(focus))
