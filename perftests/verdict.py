@@ -145,13 +145,14 @@ def classify(
     # whose acceptance fell beyond the tolerance is a drafting regression even where its tok/s
     # passed (a run on a faster machine hid a 33% acceptance drop at 64 tokens inside the
     # tolerance of its tok/s).
-    dropped |= {f.context for f in split if f.acceptance < 1 - tol}
-    focus = [f for f in split if f.context in dropped] or split
+    acc_drop = [f for f in split if f.acceptance < 1 - tol]
+    dropped |= {f.context for f in acc_drop}
+    focus = acc_drop or [f for f in split if f.context in dropped] or split
     if split and (failing or shape_fail or dropped):
         v.lines.append(factors.describe(focus))
         acc_ratio = factors.median([f.acceptance for f in focus])
         step_ratio = factors.median([f.step for f in focus])
-        if acc_ratio < 1 - tol:
+        if acc_drop:
             collapse = factors.is_collapse(focus)
             v.kind = Kind.ACCEPTANCE_COLLAPSE if collapse else Kind.ACCEPTANCE_REGRESSION
             first = focus[0]
