@@ -37,6 +37,11 @@ class ScalingModel:
             per = acceptance_length or self.acceptance_length or 1.0
         return 1000.0 * per / self.cost_ms(ctx)
 
+    def per_token(self) -> tuple[float, float]:
+        """(a, b) per token: a per-step model divided by its acceptance length."""
+        per = (self.acceptance_length or 1.0) if self.kind == "step_ms" else 1.0
+        return self.a_ms / per, self.b_ms_per_token / per
+
     def constant_share(self, ctx: float) -> float:
         """Fraction of the cost at ctx that is the constant term."""
         return self.a_ms / self.cost_ms(ctx)

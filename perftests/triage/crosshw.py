@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perftests.baseline import Baseline
-from perftests.scaling import ScalingModel
 from perftests.triage.imported import label
 
 
@@ -52,7 +51,7 @@ class Comparison:
             "cost per token, constant term + per 1k tokens of context (ms), from each curve's model:"
         )
         for x in (self.a, self.b):
-            ca, cb = per_token(x.model)
+            ca, cb = x.model.per_token()
             lines.append(f"  {x.hardware:>{w}}: {ca:.3f} + {cb * 1000:.3f}/1k")
         if self.constant is not None and self.per_context is not None:
             lines.append(
@@ -76,11 +75,6 @@ def _times(x: float) -> str:
     return f"{x:.2f}x more" if x >= 1 else f"{1 / x:.2f}x less"
 
 
-def per_token(m: ScalingModel) -> tuple[float, float]:
-    per = (m.acceptance_length or 1.0) if m.kind == "step_ms" else 1.0
-    return m.a_ms / per, m.b_ms_per_token / per
-
-
 def compare(a: Baseline, b: Baseline) -> Comparison:
     contexts = sorted(set(a.contexts) | set(b.contexts))
     rows = []
@@ -95,7 +89,7 @@ def compare(a: Baseline, b: Baseline) -> Comparison:
                 pb is not None,
             )
         )
-    (aa, ab), (ba, bb) = per_token(a.model), per_token(b.model)
+    (aa, ab), (ba, bb) = a.model.per_token(), b.model.per_token()
     return Comparison(
         a,
         b,
@@ -105,4 +99,4 @@ def compare(a: Baseline, b: Baseline) -> Comparison:
     )
 
 
-__all__ = ["Comparison", "Row", "compare", "per_token"]
+__all__ = ["Comparison", "Row", "compare"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from perftests import factors
 from perftests.baseline import Baseline
-from perftests.scaling import ScalingModel, fit
+from perftests.scaling import fit
 from perftests.triage.extrapolate import Extrapolation, settle_command
 from perftests.triage.imported import label
 from perftests.verdict import MEANING, Kind
@@ -61,15 +61,6 @@ class Reference:
     extrapolated: Extrapolation | None = None
 
 
-def _pct(x: float) -> str:
-    return f"{x - 1:+.1%}"
-
-
-def _per_token(m: ScalingModel) -> tuple[float, float]:
-    per = (m.acceptance_length or 1.0) if m.kind == "step_ms" else 1.0
-    return m.a_ms / per, m.b_ms_per_token / per
-
-
 def reference_from(baseline: Baseline, ctx: int, tolerance: float) -> Reference:
     """This hardware's own curve: the point at ctx, else the fitted model, with its band."""
     m, bp, short = baseline.model, baseline.point(ctx), baseline.points[0]
@@ -84,7 +75,7 @@ def reference_from(baseline: Baseline, ctx: int, tolerance: float) -> Reference:
     if baseline.provisional:
         src += ", PROVISIONAL: scaled from other hardware"
     acc = (bp.acceptance_length if bp else None) or m.acceptance_length
-    a, b = _per_token(m)
+    a, b = m.per_token()
     return Reference(
         expected, expected * (1 - band), expected * (1 + band), short.context, short.tps, acc, a, b, src
     )
@@ -99,7 +90,7 @@ def reference_extrapolated(x: Extrapolation, ctx: int) -> Reference:
         a, b = own.a_ms, own.b_ms_per_token
         src = f"this hardware's own figures at ctx={', '.join(str(y.context) for y in x.anchors)}"
     else:
-        oa, ob = _per_token(x.other.model)
+        oa, ob = x.other.model.per_token()
         k = (1000 / a0.tps) / (oa + ob * a0.context)  # this machine's cost over the other's (r = 1)
         a, b = oa * k, ob * k
         src = f"{x.other.hardware}'s curve scaled to {a0.tps:g} tok/s at ctx={a0.context} (PROVISIONAL)"
@@ -132,7 +123,7 @@ def explain(report: Report, ref: Reference, tolerance: float, hardware: str) -> 
         lines.append(
             f"1. acceptance {'held' if held else 'FELL'}: {report.acceptance:.2f} tokens/step "
             f"({drafts_now:.2f} drafts accepted) against {ref.acceptance:.2f} ({drafts_then:.2f}), "
-            f"{_pct(acc_ratio)}"
+            f"{factors.pct(acc_ratio)}"
         )
         if not held:
             collapse = drafts_then > 0 and drafts_now / drafts_then < factors.COLLAPSE
@@ -141,7 +132,7 @@ def explain(report: Report, ref: Reference, tolerance: float, hardware: str) -> 
             step_exp = 1000 * ref.acceptance / ref.expected
             lines.append(
                 f"2. step time {step_now:.1f} ms against {step_exp:.1f} expected here "
-                f"({_pct(step_now / step_exp)}): "
+                f"({factors.pct(step_now / step_exp)}): "
                 + (
                     "held: the throughput lost is the acceptance lost"
                     if step_now <= step_exp * (1 + tolerance)
@@ -220,7 +211,8 @@ def explain(report: Report, ref: Reference, tolerance: float, hardware: str) -> 
 
     ratio = tps / ref.expected
     lines.append(
-        f"   expected {ref.expected:.1f} tok/s, band {ref.low:.1f}..{ref.high:.1f}; reported is {_pct(ratio)}"
+        f"   expected {ref.expected:.1f} tok/s, band {ref.low:.1f}..{ref.high:.1f}; reported is "
+        f"{factors.pct(ratio)}"
     )
     if tps >= ref.low:
         kind = Kind.IMPROVEMENT if tps > ref.high else Kind.EXPECTED_SCALING

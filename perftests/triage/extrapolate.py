@@ -30,7 +30,7 @@ from typing import Literal
 
 from perftests.baseline import Baseline
 from perftests.errors import ConfigError
-from perftests.scaling import fit
+from perftests.scaling import fit, split_band
 
 DEFAULT_SPLIT = 2.0
 
@@ -112,20 +112,14 @@ class Extrapolation:
         """Two or more anchors at distinct contexts: this machine's own curve, no r to guess."""
         return len({x.context for x in self.anchors}) >= 2
 
-    def _ratio(self, ctx: float, r: float) -> float:
-        m, c0 = self.other.model, self.anchor.context
-        return (m.a_ms + r * m.b_ms_per_token * ctx) / (m.a_ms + r * m.b_ms_per_token * c0)
-
     def predict(self, ctx: int) -> tuple[float, float, float]:
         """(central, low, high) tok/s at ctx."""
         if self.pinned:
             own = fit([x.context for x in self.anchors], [1000 / x.tps for x in self.anchors], "token_ms")
             t = 1000 / own.cost_ms(ctx)
             return t, t, t
-        t0, f = self.anchor.tps, self.split.factor
-        central = t0 / self._ratio(ctx, 1.0)
-        a, b = t0 / self._ratio(ctx, f), t0 / self._ratio(ctx, 1 / f)
-        return central, min(a, b), max(a, b)
+        m, a = self.other.model, self.anchor
+        return split_band(m.a_ms, m.b_ms_per_token, a.context, a.tps, ctx, self.split.factor)
 
     def r_needed(self, ctx: int, tps: float) -> float | None:
         """The split r at which the scaled curve predicts `tps` at ctx (None: no positive r)."""
