@@ -331,7 +331,13 @@ class GateRun:
         if cfg.control:
             mc = control.check(self._stored_control(), self.readings, tolerance=cfg.machine_tolerance)
             if cfg.update and mc.status == "unchecked":
-                mc = MachineCheck("ok", ("refresh: this run's control readings become the baseline's",))
+                mc = MachineCheck(
+                    "ok",
+                    (
+                        "refresh: this run's control readings become the baseline's",
+                        *control.unsteady(self.readings),
+                    ),
+                )
             if self._busy_during:
                 lines = (*self._busy_during.values(), *(mc.lines if mc.status == "busy" else ()))
                 mc = MachineCheck("busy", tuple(lines))
@@ -339,7 +345,11 @@ class GateRun:
                 # Nothing stored to compare with (a sweep without a baseline, or a provisional
                 # curve): busyness was checked, the machine's identity cannot be.
                 mc = MachineCheck(
-                    "unchecked", ("no stored baseline: the machine was checked for busyness only",)
+                    "unchecked",
+                    (
+                        "no stored baseline: the machine was checked for busyness only",
+                        *control.unsteady(self.readings),
+                    ),
                 )
             self.machine_check = mc
             if mc.status == "unchecked" and cfg.baseline is not None:

@@ -7,12 +7,13 @@ while it ran. GPU: NVML state through nvidia-smi (clocks, power limit, temperatu
 reasons, other processes on the GPUs) and, where torch with CUDA is importable, a device copy
 bandwidth. Readings are stored in the baseline and in every record; check() is pure."""
 
-from perftests.control.check import LABELS, METRICS, ControlRange, MachineCheck, check, drift
+from perftests.control.check import LABELS, METRICS, ControlRange, MachineCheck, check, drift, unsteady
 from perftests.control.probe import measure
 from perftests.control.readings import (
     BUSY_SHARE,
     DRIFT,
     JUMPY_RCV,
+    QUIET_SHARE,
     WATCH_WINDOW_S,
     GpuState,
     Reading,
@@ -25,6 +26,7 @@ __all__ = [
     "JUMPY_RCV",
     "LABELS",
     "METRICS",
+    "QUIET_SHARE",
     "WATCH_WINDOW_S",
     "BusyWatch",
     "ControlRange",
@@ -36,4 +38,5 @@ __all__ = [
     "drift",
     "measure",
     "session_pids",
+    "unsteady",
 ]

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from perftests.control.readings import BUSY_SHARE, DRIFT, JUMPY_RCV, Reading
+from perftests.control.readings import BUSY_SHARE, DRIFT, JUMPY_RCV, QUIET_SHARE, Reading
 
 METRICS = ("cpu_gflops", "mem_gbs", "gpu_copy_gbs")
 LABELS = {"cpu_gflops": "CPU matmul GFLOP/s", "mem_gbs": "memory copy GB/s", "gpu_copy_gbs": "GPU copy GB/s"}
@@ -122,11 +122,34 @@ def drift(readings: Sequence[Reading]) -> list[str]:
     return out
 
 
+def _jumpy(r: Reading) -> bool:
+    return r.cpu_rcv is not None and r.cpu_rcv > JUMPY_RCV
+
+
+def _quiet(r: Reading) -> bool:
+    """Others took less than one core's worth of a many-core machine (QUIET_SHARE): a jumpy
+    control beside it is the workload's own jitter, not a competitor. Unknown share: not quiet."""
+    return r.foreign_cpu is not None and r.foreign_cpu < QUIET_SHARE
+
+
+def unsteady(readings: Sequence[Reading]) -> list[str]:
+    """Stability warnings of check(): readings whose own repetitions were jumpy while others'
+    CPU share stayed below QUIET_SHARE. Said, not refused (QUIET_SHARE says why)."""
+    return [
+        f"launch {r.launch + 1} ({r.when}): the control's repetitions spread {r.cpu_rcv:.0%} with "
+        f"others' CPU share {r.foreign_cpu:.1%}: the control's own jitter, not counted as busy"
+        for r in readings
+        if _jumpy(r) and _quiet(r)
+    ]
+
+
 def check(stored: ControlRange | None, readings: Sequence[Reading], *, tolerance: float) -> MachineCheck:
     """Is this machine, now, the machine the baseline was measured on, and is it quiet?
 
-    busy: other processes took a large share of the CPU (or the GPUs had other processes) during
-    a reading, or the control's own repetitions were jumpy (drift() warns of the rest).
+    busy: other processes took a large share of the CPU (over BUSY_SHARE; or the GPUs had other
+    processes) during a reading, or the control's own repetitions were jumpy while others took
+    at least QUIET_SHARE (or an unknown share). Jumpy repetitions beside a share under
+    QUIET_SHARE are a warning in the lines (unsteady()), as is drift() elsewhere.
     differs: the run's control figures lie below the baseline's readings widened by `tolerance`
     (above them is said in the lines, not refused), or the GPUs' power limit or maximum clock
     differ. Busy is checked first: a busy machine also measures low."""
@@ -137,19 +160,24 @@ def check(stored: ControlRange | None, readings: Sequence[Reading], *, tolerance
         tag = f"launch {r.launch + 1} ({r.when})"
         if r.foreign_cpu is not None and r.foreign_cpu > BUSY_SHARE:
             busy.append(f"{tag}: other processes took {r.foreign_cpu:.0%} of the CPU time")
-        if r.cpu_rcv is not None and r.cpu_rcv > JUMPY_RCV:
-            busy.append(f"{tag}: the control's repetitions spread {r.cpu_rcv:.0%}")
+        if _jumpy(r) and not _quiet(r):
+            share = "unknown" if r.foreign_cpu is None else f"{r.foreign_cpu:.1%}"
+            busy.append(
+                f"{tag}: the control's repetitions spread {r.cpu_rcv:.0%} (others' CPU share {share})"
+            )
         if r.when == "before" and any(g.processes for g in r.gpus):
             n = sum(g.processes for g in r.gpus)
             busy.append(f"{tag}: {n} other process(es) on the GPUs before the launch")
+    warnings = tuple(unsteady(readings))
     if busy:
-        return MachineCheck("busy", tuple(busy))
+        return MachineCheck("busy", tuple(busy) + warnings)
     if stored is None or not (stored.values or stored.gpus):
         return MachineCheck(
             "unchecked",
             (
                 "the baseline has no machine control (made before it "
                 "existed): refresh it to have the machine checked",
+                *warnings,
             ),
         )
     lines, ratios, differs = [], {}, False
@@ -182,4 +210,4 @@ def check(stored: ControlRange | None, readings: Sequence[Reading], *, tolerance
     if len(stored.gpus) != len(gpus_now) and stored.gpus:
         differs = True
         lines.append(f"{len(gpus_now)} GPU(s) now, the baseline had {len(stored.gpus)}")
-    return MachineCheck("differs" if differs else "ok", tuple(lines), ratios)
+    return MachineCheck("differs" if differs else "ok", (*lines, *warnings), ratios)

@@ -11,7 +11,15 @@ MATMUL_SAMPLES, MATMUL_PER_SAMPLE = 7, 4
 COPY_BYTES = 128 * 1024 * 1024
 COPY_SAMPLES = 11
 BUSY_SHARE = 0.25  # other processes took this share of the machine during a reading: busy
-JUMPY_RCV = 0.15  # the control's own repetitions spread this much: something competes
+JUMPY_RCV = 0.15  # the control's own repetitions spread this much: something may compete
+QUIET_SHARE = 0.05  # jumpy repetitions with others' CPU share below this are a warning, not busy:
+# on the idle 16-vCPU H200 VM the 512x512 matmul on all cores spread 16-61% between its own
+# repetitions with others' share 0% (5 launches dropped, 2026-12-04); on the 2-core VM 19-29%
+# with nothing else running (2026-12-03). A competitor that slows the workload takes CPU time,
+# and that shows in the share: idle machines read 0-0.9%, one single-threaded process beside the
+# control on the 16-vCPU H200 VM (the model writer) read 6.2%, i.e. one core's worth is 6.25%
+# there and 50% on 2 cores. So below 5% nothing took even one core; a jumpy reading beside a
+# share between 5% and BUSY_SHARE stays busy (something competes and the spread says it matters).
 WATCH_WINDOW_S = 5.0  # BusyWatch: others' CPU share is judged over windows this long
 DRIFT = 0.35  # a control figure moved this much between before and after one launch: a warning
 # (quiet, the copy bandwidth alone spreads 29-37 GB/s between readings on the 2-core VM)
