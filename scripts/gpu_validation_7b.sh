@@ -15,6 +15,20 @@
 #   bash scripts/gpu_validation_7b.sh stage3   A/A up to $AA_TOTAL, injected changes, A/B if time
 #   bash scripts/gpu_validation_7b.sh ab       a 2-pair A/B of one more layer (what time was left)
 #   bash scripts/gpu_validation_7b.sh summary  (here, not on the device) tables from the records
+# A later lease (2026-12-04 evening, the second session of issue 16): one stage, called once per
+# device call with a plan of tasks, each done in order when the time left allows and remembered
+# in $KEEP, so the next call goes on where this one stopped:
+#   PLAN="setup xaa:3 l34:5 ..." bash scripts/gpu_validation_7b.sh lease2
+#   setup      build + models (7B 32 and 34 layers, 1.1B target and drafts) + copy bandwidth
+#   xaa:N      A/A across leases: the unchanged 7B against the STORED baseline (another lease)
+#   l34:N      34 layers (+6.2% weight bytes, ~5%) at the defaults, each a fresh gate run; against
+#              the stored baseline, or against a refresh made on this lease (lease7b, 5 launches)
+#              when an A/A run across leases did not pass (the stored one is then judged offline)
+#   ab-l34 ab-kvq8   perftests ab at its default pairs: 34 layers; q8_0 K and V cache
+#   spec       a 3-launch refresh of h200-llamacpp-spec (identical draft) at 3 pairs and contexts
+#              64/1024/4096, then a blended draft (draft-mix-0.003, -0.001) and an unrelated one
+#   tiny:N     h200-llamacpp (1.1B): a 5-launch refresh of its baseline, then N A/A gate runs
+#   bash scripts/gpu_validation_7b.sh summary2 DIR   (here) tables of that lease's records
 # The stages must follow each other on one warm machine (build, models, baseline in /tmp).
 # Each device stage stops starting gate runs when fewer than the seconds a run needs are left
 # before $STAGE_S (default 570; the device tool's limit is 600 per call).
@@ -190,6 +204,7 @@ need() {  # need SECONDS: enough time left in this stage for a run of that lengt
 }
 pack() {
   cp -f "baselines/$HW.yaml" .perftests/ 2>/dev/null
+  cp -f baselines/h200-llamacpp.yaml "$KEEP"/*-lease2.yaml .perftests/ 2>/dev/null
   tar czf "$OUT/records-$STAGE.tar.gz" .perftests/*.json .perftests/*.yaml .perftests/logs 2>/dev/null
 }
 gate() {  # gate NAME PROFILE-DIR-OR-- ARGS...: one gate run, output appended to gates-<stage>.txt
@@ -207,6 +222,7 @@ gate() {  # gate NAME PROFILE-DIR-OR-- ARGS...: one gate run, output appended to
   echo "===== $name: exit $rc, wall $((SECONDS - t0)) s" | tee -a "$OUT/gates-$STAGE.txt"
   echo "$name $rc $((SECONDS - t0))" >> "$KEEP/walls.txt"
   pack
+  return "$rc"
 }
 variant() {  # variant DIR SED-EXPR CHECK: a copy of the 7B profile with one change
   mkdir -p "$1"
@@ -237,7 +253,168 @@ aa() {  # A/A: unchanged gate runs at the defaults, each a fresh launch, up to $
   done
 }
 
+# -- lease2: the second lease's task queue -------------------------------------------------
+M11='n_embd=2048,n_layer=22,n_head=32,n_head_kv=4,n_ff=5632,n_vocab=32000,n_ctx_train=65536'
+SPEC_ARGS=(--perf-repeats 3 --perf-contexts 64,1024,4096)
+SPEC_BASE=$KEEP/h200-llamacpp-spec-lease2.yaml
+LEASE7B=$KEEP/h200-llamacpp-7b-lease2.yaml
+isdone() { [ -f "$KEEP/done-$1" ]; }
+mark() { touch "$KEEP/done-$1"; }
+count() { cat "$KEEP/n-$1" 2>/dev/null || echo 0; }
+wall7b() {  # the longest one-launch 7B gate run of this lease so far, plus a margin
+  local w
+  w=$(awk '$1 ~ /^(xaa|l34)-/ {print $3}' "$KEEP/walls.txt" 2>/dev/null | sort -n | tail -1)
+  echo $((${w:-50} + 10))
+}
+variant2() {  # variant2 DIR PROFILE SED-EXPR CHECK [NEW-NAME]: a copy of PROFILE with one change
+  mkdir -p "$1"
+  local e=("$3")
+  [ -n "${5:-}" ] && e+=("s/^name: $2\$/name: $5/")
+  sed "${e[@]/#/-e}" "perftests/profiles/$2.yaml" > "$1/${5:-$2}.yaml"
+  grep -q -- "$4" "$1/${5:-$2}.yaml" || { echo "variant $1: change not applied" >&2; return 1; }
+}
+l2_setup() {
+  isdone setup && return 0
+  { date -u; nvidia-smi; nvidia-smi -q -d CLOCK,POWER,PERFORMANCE,TEMPERATURE; df -h / /tmp; free -g; nproc
+    lscpu | head -20; } > "$OUT/nvidia-smi.txt" 2>&1
+  # Two writers (one core each) beside the build: the 7B (32 layers) then the 1.1B target and
+  # its drafts; the 34-layer 7B.
+  t0=$SECONDS
+  ( t=$SECONDS; python3 -m perftests.cli models "target@$M" && echo "models: 7B-32 $((SECONDS - t)) s"
+    t=$SECONDS
+    python3 -m perftests.cli models "target@$M11" "draft-mix-0.003@$M11" "draft-mix-0.001@$M11" \
+      "draft-unrelated@$M11" && echo "models: 1.1B target, mix 0.003, mix 0.001, unrelated $((SECONDS - t)) s"
+  ) > "$KEEP/models-a.log" 2>&1 &
+  local wa=$!
+  ( t=$SECONDS; python3 -m perftests.cli models "target@${M/n_layer=32/n_layer=34}" \
+      && echo "models: 7B-34 $((SECONDS - t)) s" ) > "$KEEP/models-b.log" 2>&1 &
+  local wb=$!
+  python3 -m perftests.cli build --cuda > /tmp/build.log 2>&1; tail -3 /tmp/build.log
+  echo "build: $((SECONDS - t0)) s" | tee -a "$OUT/gates-$STAGE.txt"
+  python3 -c '
+import json, torch
+n = 1 << 30
+a = torch.empty(n, dtype=torch.float32, device="cuda"); b = torch.empty_like(a)
+for _ in range(3): b.copy_(a)
+torch.cuda.synchronize()
+s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+t = []
+for _ in range(10):
+    s.record(); b.copy_(a); e.record(); torch.cuda.synchronize(); t.append(s.elapsed_time(e))
+t.sort(); ms = t[len(t) // 2]
+print(json.dumps({"bytes_moved": 8 * n, "median_ms": ms, "tb_per_s": 8 * n / ms / 1e9, "min_ms": t[0],
+                  "max_ms": t[-1], "gpu": torch.cuda.get_device_name()}))' > "$OUT/bandwidth.json"
+  cat "$OUT/bandwidth.json"
+  # gates only once the writers are done: a writer takes one core (6% of the CPU), which the
+  # control would see beside the launch
+  while { kill -0 $wa 2>/dev/null || kill -0 $wb 2>/dev/null; } && need 60; do sleep 2; done
+  cat "$KEEP"/models-*.log | tee "$OUT/models.log"
+  kill -0 $wa 2>/dev/null || kill -0 $wb 2>/dev/null && { echo "writers still running"; return 1; }
+  echo "setup: $((SECONDS - t0)) s" | tee -a "$OUT/gates-$STAGE.txt"
+  mark setup
+}
+l2_xaa() {  # A/A across leases against the stored baseline
+  local n
+  while n=$(count xaa); [ "$n" -lt "$1" ]; do
+    need "$(wall7b)" || return 1
+    gate "xaa-$((n + 1))" -- --hw $HW
+    echo $((n + 1)) > "$KEEP/n-xaa"
+  done
+  # any A/A run across leases that did not pass: the 34-layer runs are judged against a
+  # refresh made on this lease instead (the stored baseline's verdicts are then re-judged
+  # offline from the records)
+  if awk '$1 ~ /^xaa-/ && $2 != 0 {bad = 1} END {exit !bad}' "$KEEP/walls.txt" && [ ! -f "$LEASE7B" ]; then
+    need 200 || return 1
+    gate lease7b -- --hw $HW --update-baselines --perf-launches 5 --perf-baseline "$LEASE7B" \
+      --reason "this lease's baseline (the stored one is from another lease): 5 launches"
+    cp -f "$LEASE7B" .perftests/ 2>/dev/null
+  fi
+}
+l2_l34() {
+  variant2 /tmp/v-l34 $HW 's/n_layer=32,/n_layer=34,/' 'n_layer=34' || return 1
+  local n base=()
+  [ -f "$LEASE7B" ] && base=(--perf-baseline "$LEASE7B")
+  while n=$(count l34); [ "$n" -lt "$1" ]; do
+    need $(($(wall7b) + 5)) || return 1
+    gate "l34-$((n + 1))" /tmp/v-l34 --hw $HW "${base[@]}"
+    echo $((n + 1)) > "$KEEP/n-l34"
+  done
+}
+l2_ab() {  # l2_ab NAME ARGS...: perftests ab at its default pairs (4 first, at most 10)
+  local name=$1; shift
+  isdone "$name" && return 0
+  need 290 || return 1
+  mark "$name"  # once: a campaign cut by the call's end is not taken again
+  local t0=$SECONDS
+  echo "===== $name $(date -u +%H:%M:%S): perftests ab --hw $HW $*" | tee -a "$OUT/gates-$STAGE.txt"
+  timeout $(($(left) - 5)) python3 -m perftests.cli ab --hw $HW "$@" --json ".perftests/$name.json" \
+    --plot none 2>&1 | tee -a "$OUT/gates-$STAGE.txt" | tail -30
+  local rc=${PIPESTATUS[0]}
+  echo "===== $name: exit $rc, wall $((SECONDS - t0)) s" | tee -a "$OUT/gates-$STAGE.txt"
+  echo "$name $rc $((SECONDS - t0))" >> "$KEEP/walls.txt"
+  pack
+}
+l2_spec() {
+  local sp=h200-llamacpp-spec
+  if [ ! -f "$SPEC_BASE" ]; then
+    need 130 || return 1
+    gate spec-refresh -- --hw $sp "${SPEC_ARGS[@]}" --update-baselines --perf-launches 3 \
+      --perf-baseline "$SPEC_BASE" --reason "this lease: identical draft, 3 launches, 3 pairs, 64/1024/4096"
+    cp -f "$SPEC_BASE" .perftests/ 2>/dev/null
+    [ -f "$SPEC_BASE" ] || return 1
+  fi
+  for d in draft-mix-0.003:60 draft-unrelated:100 draft-mix-0.001:60; do
+    isdone "spec-${d%%:*}" && continue
+    need "${d##*:}" || return 1
+    variant2 "/tmp/v-${d%%:*}" $sp "s/{model:draft-identical@/{model:${d%%:*}@/" "${d%%:*}@" || return 1
+    mark "spec-${d%%:*}"
+    gate "spec-${d%%:*}" "/tmp/v-${d%%:*}" --hw $sp "${SPEC_ARGS[@]}" --perf-baseline "$SPEC_BASE"
+  done
+}
+l2_tiny() {  # the 1.1B: a 5-launch refresh of its stored baseline (schema 1, one launch), then A/A
+  local n
+  if ! isdone tiny-refresh; then
+    need 200 || return 1
+    gate tiny-refresh -- --hw h200-llamacpp --update-baselines --perf-launches 5 \
+      --reason "launch-level refresh: 5 launches on one H200 (the first baseline was one launch)" \
+      && cp -f baselines/h200-llamacpp.yaml "$KEEP/baselines/" && mark tiny-refresh
+  fi
+  isdone tiny-refresh || return 1
+  while n=$(count taa); [ "$n" -lt "$1" ]; do
+    need 50 || return 1
+    gate "taa-$((n + 1))" -- --hw h200-llamacpp
+    echo $((n + 1)) > "$KEEP/n-taa"
+  done
+}
+lease2() {
+  mkdir -p "$KEEP/baselines"
+  cp -f "$KEEP"/baselines/*.yaml baselines/ 2>/dev/null  # refreshed by an earlier call
+  echo "===== lease2 $(date -u +%H:%M:%S) plan: $PLAN; done before: $(ls "$KEEP" | tr '\n' ' ')" \
+    | tee -a "$OUT/gates-$STAGE.txt"
+  for task in $PLAN; do
+    need 30 || break
+    case "$task" in
+    setup) l2_setup || break ;;  # nothing else runs without the build and the models
+    xaa:*) l2_xaa "${task#*:}" ;;
+    l34:*) l2_l34 "${task#*:}" ;;
+    ab-l34)
+      variant2 /tmp/v-ab $HW 's/n_layer=32,/n_layer=34,/' 'n_layer=34' $HW-l34 \
+        && l2_ab ab-l34 --profile-dir /tmp/v-ab --ab-candidate $HW-l34 ;;
+    ab-kvq8) l2_ab ab-kvq8 --ab-arg=--cache-type-k --ab-arg=q8_0 --ab-arg=--cache-type-v --ab-arg=q8_0 ;;
+    spec) l2_spec ;;
+    tiny:*) l2_tiny "${task#*:}" ;;
+    esac
+  done
+  { nvidia-smi -q -d CLOCK,POWER,TEMPERATURE; } >> "$OUT/nvidia-smi-end.txt" 2>&1
+  echo "===== lease2 end $(date -u +%H:%M:%S), $SECONDS s; walls so far:" | tee -a "$OUT/gates-$STAGE.txt"
+  tee -a "$OUT/gates-$STAGE.txt" < "$KEEP/walls.txt"
+  pack
+}
+
 case "$STAGE" in
+lease2)
+  lease2
+  ;;
 stage1)
   { nvidia-smi; nvidia-smi -q -d CLOCK,POWER,PERFORMANCE,TEMPERATURE; df -h / /tmp; free -g; nproc; } > "$OUT/nvidia-smi.txt" 2>&1
   # The models are written by one process (numpy, one core) while the build uses the others.
@@ -318,5 +495,5 @@ ab)
     --plot none 2>&1 | tee "$OUT/ab-l33-2pairs.txt" | tail -40
   ;;
 *)
-  echo "usage: $0 stage1|stage2|stage3|ab|summary [records-dir]" >&2; exit 2 ;;
+  echo "usage: $0 stage1|stage2|stage3|ab|lease2|summary [records-dir]" >&2; exit 2 ;;
 esac
