@@ -175,6 +175,10 @@ def resolve(
             "--update-baselines writes one hardware's baseline from one service: give a single --service-url"
         )
     attached = bool(urls or profile.service.url)
+    if not attached and profile.service.launch is not None:
+        adapter = ADAPTERS[profile.service.engine]
+        if problems := adapter.launch_problems(profile.service.launch.argv):
+            raise ConfigError(f"{profile.path}: service.launch.argv: " + "; ".join(problems))
     # Attached, a refresh cannot relaunch: its rounds would not show launch noise, so it takes
     # the gate's count unless --perf-launches asks for more.
     launches = _nonneg(
@@ -185,6 +189,7 @@ def resolve(
         positive=True,
     )
     api_key_from_env(v.get("api_key_env") or profile.service.api_key_env)  # set, or say so now
+    api_key_from_env(profile.service.admin_api_key_env)
     if v.get("baseline"):
         path = Path(v["baseline"])
     else:

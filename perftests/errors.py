@@ -30,6 +30,15 @@ class EngineError(ServiceError):
     """The engine answered, but not with what its documented API promises."""
 
 
+class AuthError(ServiceError):
+    """The service refused the API key (or its absence) on an endpoint it guards. Carries the
+    status and path only: the key itself never goes into a message."""
+
+    def __init__(self, path: str, status: int) -> None:
+        super().__init__(f"{path} answered {status}")
+        self.path, self.status = path, status
+
+
 class NotSupportedError(PerftestsError):
     """The engine has no such capability (e.g. an OpenAI-compatible server cannot flush its cache)."""
 

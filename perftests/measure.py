@@ -107,7 +107,17 @@ class Pair:
         )
 
 
-def check_pair(pair: Pair, context: int, short_n: int, long_n: int) -> str | None:
+def warm_floor(context: int, page: int = 1) -> int:
+    """The fewest cached prompt tokens a warm request must show. An engine recomputes at least
+    the last prompt token and counts hits in whole pages (SGLang's radix cache rounds matches
+    down to page_size, vLLM to its KV block), so at most page * floor((context - 1) / page) can
+    be cached; a token-granular cache (llama.cpp) keeps 8 tokens of slack."""
+    if page <= 1:
+        return max(context - 8, 0)
+    return page * ((context - 1) // page)
+
+
+def check_pair(pair: Pair, context: int, short_n: int, long_n: int, page: int = 1) -> str | None:
     """The reason a pair cannot be used, or None. Each check guards a documented hazard."""
     for label, r, n in (("short", pair.short, short_n), ("long", pair.long, long_n)):
         if r.completion_tokens != n:
@@ -123,8 +133,11 @@ def check_pair(pair: Pair, context: int, short_n: int, long_n: int) -> str | Non
         return f"cache state differs: short had {s} cached prompt tokens, long had {lg}"
     elif pair.cache_mode == "cold" and s != 0:
         return f"cold pair hit the cache ({s} cached prompt tokens)"
-    elif pair.cache_mode == "warm" and s < context - 8:
-        return f"warm pair missed the cache ({s} of {context} prompt tokens cached)"
+    elif pair.cache_mode == "warm" and s < warm_floor(context, page):
+        return (
+            f"warm pair missed the cache ({s} of {context} prompt tokens cached, at least "
+            f"{warm_floor(context, page)} expected with {page}-token cache pages)"
+        )
     if pair.decode_s <= 0:
         return f"non-positive decode span ({pair.decode_s * 1000:.1f} ms): timing is swamped by noise"
     return None
@@ -263,7 +276,9 @@ class TwoPointMeter:
         short = self._request(prompt, self.short_tokens)
         long = self._request(prompt, long_tokens)
         pair = Pair(context, index, short, long, self.cache_mode, warm=warm)
-        pair.invalid_reason = check_pair(pair, context, self.short_tokens, long_tokens)
+        pair.invalid_reason = check_pair(
+            pair, context, self.short_tokens, long_tokens, self.adapter.cache_page_tokens
+        )
         return pair
 
     def measure(
@@ -333,6 +348,12 @@ class TwoPointMeter:
                 if len(point.valid_pairs) >= repeats:
                     if point.valid_pairs[0].short.cached_tokens is None:
                         point.notes.append("engine reports no cached-token counts: cache state unverified")
+                    page = self.adapter.cache_page_tokens
+                    if self.cache_mode == "warm" and page > 1 and warm_floor(c, page) == 0:
+                        point.notes.append(
+                            f"warm mode, but a {c}-token prompt fills no whole {page}-token "
+                            "cache page: nothing could be reused, so this point is cold"
+                        )
                     out[c] = point
         return {c: out[c] for c in contexts}
 
@@ -348,6 +369,11 @@ class TwoPointMeter:
         except NotSupportedError as e:
             point.notes.append(f"no streamed cross-check: {e}")
             return None
+        if result.finish_reason != "length" or result.completion_tokens != point.long_tokens:
+            point.notes.append(
+                f"the streamed cross-check ended early: {result.completion_tokens} of "
+                f"{point.long_tokens} tokens, finish reason '{result.finish_reason}'"
+            )
         point.stream = result
         return result
 

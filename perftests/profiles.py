@@ -33,6 +33,7 @@ class ServiceSpec:
     launch: LaunchSpec | None = None
     health_path: str = "/health"
     api_key_env: str | None = None
+    admin_api_key_env: str | None = None  # SGLang 0.5.23 --admin-api-key: /flush_cache wants it
     connect_timeout_s: float = 5.0
     request_timeout_s: float = 600.0
     model: str | None = None
@@ -228,7 +229,10 @@ def parse_file(path: Path) -> Profile:
     from perftests.engines import ADAPTERS  # late: engines import httpx, profiles need not
 
     doc.check_keys("", {"name", "description", "engine", "service", "sweep", "defaults"})
-    doc.check_keys("service", {"url", "launch", "health_path", "api_key_env", "timeouts", "model"})
+    doc.check_keys(
+        "service",
+        {"url", "launch", "health_path", "api_key_env", "admin_api_key_env", "timeouts", "model"},
+    )
     doc.check_keys("service.launch", {"argv", "env", "startup_timeout_s", "shutdown_grace_s"})
     doc.check_keys("service.timeouts", {"connect_s", "request_s"})
     doc.check_keys("sweep", {"contexts", "short_tokens", "long_tokens"})
@@ -288,6 +292,7 @@ def parse_file(path: Path) -> Profile:
         launch=launch,
         health_path=health,
         api_key_env=doc.get("service.api_key_env", str, None),
+        admin_api_key_env=doc.get("service.admin_api_key_env", str, None),
         connect_timeout_s=float(doc.get("service.timeouts.connect_s", (int, float), 5.0, positive=True)),
         request_timeout_s=float(doc.get("service.timeouts.request_s", (int, float), 600.0, positive=True)),
         model=doc.get("service.model", str, None),

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 
 from perftests.engines import ADAPTERS, EngineAdapter, Timeouts
-from perftests.errors import ConfigError, ServiceError, ServiceStartError
+from perftests.errors import AuthError, ConfigError, ServiceError, ServiceStartError
 from perftests.process import ManagedProcess
 from perftests.profiles import LaunchSpec, Profile, ServiceSpec
 
@@ -139,6 +139,7 @@ def make_adapter(spec: ServiceSpec, url: str, api_key: str | None) -> EngineAdap
     adapter = cls(
         url,
         api_key=api_key,
+        admin_api_key=api_key_from_env(spec.admin_api_key_env),
         model=spec.model,
         timeouts=Timeouts(spec.connect_timeout_s, spec.request_timeout_s),
     )
@@ -146,13 +147,33 @@ def make_adapter(spec: ServiceSpec, url: str, api_key: str | None) -> EngineAdap
     return adapter
 
 
-def attach(spec: ServiceSpec, url: str, *, api_key: str | None = None) -> Service:
+def verify_key(adapter: EngineAdapter, url: str, key_var: str | None) -> None:
+    """Ask a guarded endpoint whether the key is accepted, so that a wrong or missing key is a
+    clear error now, naming the variable it came from (never the key), rather than an engine
+    error at the first tokenize or generate. Health alone cannot tell: it is exempt."""
+    try:
+        adapter.check_auth()
+    except AuthError as e:
+        where = f"{public_url(url)}{e.path} answered {e.status}"
+        if key_var:
+            raise ServiceError(
+                f"{where}: the service refused the API key from ${key_var}; "
+                f"set {key_var} to the key the service was started with"
+            ) from None
+        raise ServiceError(
+            f"{where}: the service wants an API key and none was given; name the variable that "
+            "holds it with service.api_key_env in the profile, or --perf-api-key-env"
+        ) from None
+
+
+def attach(spec: ServiceSpec, url: str, *, api_key: str | None = None, key_var: str | None = None) -> Service:
     adapter = make_adapter(spec, url, api_key)
     try:
         adapter.health()
+        verify_key(adapter, url, key_var)
     except ServiceError as e:
         adapter.close()
-        raise ServiceError(f"cannot attach to {url}: {e}") from None
+        raise ServiceError(f"cannot attach to {public_url(url)}: {e}") from None
     return Service(url=url, adapter=adapter)
 
 
@@ -162,6 +183,7 @@ def launch(
     *,
     log_dir: Path,
     api_key: str | None = None,
+    key_var: str | None = None,
     label: str = "service",
     progress: Callable[[str], None] | None = None,
 ) -> Service:
@@ -203,6 +225,11 @@ def launch(
             )
         time.sleep(0.2)
     service.startup_s = time.monotonic() - t0
+    try:
+        verify_key(adapter, url, key_var)
+    except ServiceError:
+        service.close()
+        raise
     return service
 
 
@@ -216,10 +243,19 @@ def open_service(
 ) -> Service:
     """Attach when a URL is given (option or profile), otherwise launch from the profile."""
     spec = profile.service
-    api_key = api_key_from_env(api_key_env or spec.api_key_env)
+    key_var = api_key_env or spec.api_key_env
+    api_key = api_key_from_env(key_var)
     url = url or spec.url
     if url:
-        return attach(spec, url, api_key=api_key)
+        return attach(spec, url, api_key=api_key, key_var=key_var)
     if spec.launch is None:
         raise ConfigError(f"{profile.path}: profile has no service.launch; pass --service-url")
-    return launch(spec, spec.launch, log_dir=log_dir, api_key=api_key, label=profile.name, progress=progress)
+    return launch(
+        spec,
+        spec.launch,
+        log_dir=log_dir,
+        api_key=api_key,
+        key_var=key_var,
+        label=profile.name,
+        progress=progress,
+    )

@@ -49,9 +49,14 @@ class PerfSession:
             self.url, self.launched = self.service.url, self.service.launched
             self.startup_s = self.service.startup_s
             try:
-                self.server = self.service.adapter.server_info().to_dict()
+                info = self.service.adapter.server_info()
             except PerftestsError as e:  # provenance only: not worth failing a run over
                 self.server = {"error": str(e)}
+            else:
+                self.server = info.to_dict()
+                for note in info.notes:
+                    if self.progress:
+                        self.progress(f"note: {note}")
         return self.service
 
     def meter(self) -> TwoPointMeter:

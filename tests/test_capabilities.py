@@ -14,6 +14,7 @@ from perftests.engines.base import EngineAdapter, RequestResult
 from perftests.engines.llamacpp import LlamaCppAdapter
 from perftests.engines.openai import OpenAIAdapter
 from perftests.engines.sglang import SGLangAdapter
+from perftests.engines.vllm import VLLMAdapter
 from perftests.errors import ConfigError, NotSupportedError
 from perftests.measure import TwoPointMeter
 from perftests.prompts import PromptSource
@@ -32,7 +33,10 @@ def test_declared_capabilities():
         bypass_cache=False, flush_cache=False, cached_tokens=False, spec_counters=False, engine_timing=False
     )
     assert SGLangAdapter.capabilities == Capabilities(
-        bypass_cache=False, flush_cache=True, cached_tokens=True, spec_counters=True, engine_timing=False
+        bypass_cache=True, flush_cache=True, cached_tokens=True, spec_counters=True, engine_timing=True
+    )
+    assert VLLMAdapter.capabilities == Capabilities(
+        bypass_cache=True, flush_cache=True, cached_tokens=True, spec_counters=True, engine_timing=True
     )
     assert EngineAdapter.capabilities == Capabilities()  # the base claims nothing
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -48,10 +52,10 @@ def test_cold_refused_for_openai_naming_adapter_and_mode():
     msg = str(e.value)
     assert "'openai'" in msg and "cold" in msg
     assert "cannot bypass or flush" in msg and "cached tokens" in msg
-    assert "use warm" in msg and "(llamacpp, sglang)" in msg
+    assert "use warm" in msg and "(llamacpp, sglang, vllm)" in msg
 
 
-@pytest.mark.parametrize("adapter", [LlamaCppAdapter, SGLangAdapter])
+@pytest.mark.parametrize("adapter", [LlamaCppAdapter, SGLangAdapter, VLLMAdapter])
 def test_cold_accepted_where_it_can_be_honoured_and_verified(adapter):
     check_cache_mode(adapter, "cold")
 
@@ -187,7 +191,7 @@ def _mock(adapter: EngineAdapter, handler) -> list[httpx.Request]:
     return sent
 
 
-@pytest.mark.parametrize("cls", [OpenAIAdapter, SGLangAdapter])
+@pytest.mark.parametrize("cls", [OpenAIAdapter])
 def test_bypass_refused_before_anything_is_sent(cls):
     with cls(UNUSED_URL, model="m") as adapter:
         sent = _mock(adapter, lambda r: httpx.Response(500))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from perftests.service import free_port
-from tests.sglang_standin import SGLangStandIn
+from tests.standins.sglang import SGLangStandIn
 
 REPO = Path(__file__).resolve().parents[1]
 GATE = str(REPO / "perftests")

@@ -18,7 +18,7 @@ import pytest
 
 from perftests.record import RunRecord
 from perftests.reports import plot
-from tests.sglang_standin import SGLangStandIn
+from tests.standins.sglang import SGLangStandIn
 from tests.test_plugin import GATE, sglang_profile
 
 CLI = [sys.executable, "-m", "perftests.cli"]

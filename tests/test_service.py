@@ -185,3 +185,31 @@ def test_no_orphan_when_the_run_is_interrupted(tmp_path, sig):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.server
+def test_a_wrong_or_missing_key_is_a_run_error_naming_the_variable(tmp_path, monkeypatch):
+    """llama-server exempts /health from --api-key (tools/server/server-http.cpp,
+    get_public_endpoints), as SGLang and vLLM do: a healthy service says nothing about the key.
+    Attach and launch ask a guarded endpoint, and name the variable, never the key."""
+    monkeypatch.setenv("PT_TEST_SERVER_KEY", "sk-right-key-0123")
+    monkeypatch.setenv("PT_TEST_WRONG_KEY", "sk-wrong-key-4567")
+    spec = ServiceSpec(engine="llamacpp", request_timeout_s=60)
+    argv = reference_argv(ctx_size=1024, extra=("--api-key", "{env:PT_TEST_SERVER_KEY}"))
+    ls = LaunchSpec(argv=argv, startup_timeout_s=900, shutdown_grace_s=5)
+    with pytest.raises(ServiceError) as e:  # launched without the key: refused once healthy
+        launch(spec, ls, log_dir=tmp_path, key_var=None)
+    assert "wants an API key and none was given" in str(e.value)
+    svc = launch(spec, ls, log_dir=tmp_path, api_key="sk-right-key-0123", key_var="PT_TEST_SERVER_KEY")
+    try:
+        assert svc.adapter.generate([1, 2, 3, 4], 4).completion_tokens == 4
+        with pytest.raises(ServiceError) as e:
+            attach(spec, svc.url, api_key="sk-wrong-key-4567", key_var="PT_TEST_WRONG_KEY")
+        msg = str(e.value)
+        assert "refused the API key from $PT_TEST_WRONG_KEY" in msg and "401" in msg
+        assert "sk-wrong" not in msg and "sk-right" not in msg
+        with pytest.raises(ServiceError, match="none was given"):
+            attach(spec, svc.url)
+        attach(spec, svc.url, api_key="sk-right-key-0123", key_var="PT_TEST_SERVER_KEY").close()
+    finally:
+        svc.close()

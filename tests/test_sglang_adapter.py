@@ -1,19 +1,31 @@
-"""The SGLang adapter against tests/sglang_standin.py: SGLang itself needs CUDA GPUs and cannot
-run here, so a stand-in that follows SGLang's documented /generate schema takes its place."""
+"""The SGLang adapter against tests/standins/sglang.py, one stand-in per supported version (0.5.4,
+0.5.23), each following that version's source. SGLang needs CUDA GPUs and cannot run here. Each
+test names the behaviour of SGLang it depends on; those marked "mismatch" failed before the
+adapter was fixed for it."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
+from perftests.engines import sglang as sglang_module
 from perftests.engines.sglang import SGLangAdapter
-from perftests.errors import ServiceError
+from perftests.errors import AuthError, EngineError, ServiceError
 from perftests.measure import TwoPointMeter
+from perftests.profiles import ServiceSpec
 from perftests.prompts import PromptSource
-from tests.sglang_standin import SGLangStandIn
+from perftests.service import attach
+from tests.standins.sglang import VERSIONS, SGLangStandIn
+
+both = pytest.mark.parametrize("version", VERSIONS)
 
 
-def test_generate_request_and_meta_info():
-    with SGLangStandIn(accept_length=5.0) as sg, SGLangAdapter(sg.url) as adapter:
+@both
+def test_generate_request_and_meta_info(version):
+    with SGLangStandIn(version=version, accept_length=5.0) as sg, SGLangAdapter(sg.url) as adapter:
+        adapter.server_info()
         r = adapter.generate([10, 11, 12, 13, 14, 15], 40)
         body = sg.requests[-1]["body"]
         assert body["input_ids"] == [10, 11, 12, 13, 14, 15]
@@ -23,32 +35,187 @@ def test_generate_request_and_meta_info():
             "ignore_eos": True,
             "temperature": 0.0,
         }
-        assert body["stream"] is False
+        assert body["stream"] is False and "extra_key" not in body
         assert (r.prompt_tokens, r.completion_tokens, r.cached_tokens) == (6, 40, 0)
         assert r.finish_reason == "length"
-        assert r.spec_verify_steps == 8
-        assert r.spec_accepted_tokens == 32
         assert r.engine_latency_s is not None and r.engine_latency_s <= r.wall_s
 
 
-def test_text_prompt_and_cache_and_flush():
-    with SGLangStandIn() as sg, SGLangAdapter(sg.url) as adapter:
-        adapter.generate("hello world", 4)
-        again = adapter.generate("hello world", 4)
-        assert sg.requests[-1]["body"]["text"] == "hello world"
-        assert again.cached_tokens == len("hello world") - 1
+@both
+def test_accepted_drafts_exclude_the_prefill_token(version):
+    """Mismatch: the first output token comes from prefill, not a verify step, so 40 tokens in 8
+    verify steps are 31 accepted drafts, not 32."""
+    with SGLangStandIn(version=version, accept_length=5.0) as sg, SGLangAdapter(sg.url) as adapter:
+        adapter.server_info()
+        r = adapter.generate([1, 2, 3], 40)
+        assert (r.spec_verify_steps, r.spec_accepted_tokens) == (8, 31)
+        if version == "0.5.23":  # read, not derived: spec_num_correct_drafts / _proposed_drafts
+            assert r.spec_drafted_tokens == 8 * 7
+
+
+def test_a_request_without_verify_steps_has_zero_not_unknown_on_0_5_23():
+    """Mismatch: 0.5.23 omits spec_verify_ct (and every spec_* key) while it is 0."""
+    with SGLangStandIn(version="0.5.23") as sg, SGLangAdapter(sg.url) as adapter:
+        adapter.server_info()
+        r = adapter.generate([1, 2, 3], 1)
+        assert "spec_verify_ct" not in sg.requests and r.spec_verify_steps == 0
+    with SGLangStandIn(version="0.5.23", speculative_algorithm=None) as sg, SGLangAdapter(sg.url) as a:
+        a.server_info()
+        assert a.generate([1, 2, 3], 8).spec_verify_steps is None  # no speculative decoding at all
+
+
+@both
+def test_warm_pairs_are_judged_by_whole_pages(version):
+    """Mismatch: radix matches round down to page_size (64 with FlashMLA); the old rule
+    (cached >= context - 8) rejected every warm pair."""
+    with SGLangStandIn(version=version, page_size=64) as sg, SGLangAdapter(sg.url) as adapter:
+        assert adapter.server_info().args["page_size"] == 64
+        meter = TwoPointMeter(adapter, PromptSource(adapter), short_tokens=8, long_tokens=72)
+        point = meter.measure(300, repeats=2, warmup=0)
+        assert len(point.valid_pairs) == 2
+        assert point.valid_pairs[0].short.cached_tokens == 256
+
+
+@both
+def test_cold_requests_use_their_own_radix_namespace_without_flushing(version):
+    """Mismatch: the adapter had no per-request bypass; extra_key namespaces the radix tree in
+    both versions (io_struct.py GenerateReqInput), so cold needs no flush."""
+    with SGLangStandIn(version=version) as sg, SGLangAdapter(sg.url) as adapter:
+        adapter.server_info()
+        meter = TwoPointMeter(
+            adapter, PromptSource(adapter), short_tokens=8, long_tokens=72, cache_mode="cold"
+        )
+        point = meter.measure(200, repeats=2, warmup=0)
+        assert len(point.valid_pairs) == 2
+        assert all(p.short.cached_tokens == 0 for p in point.valid_pairs)
+        assert not any(q["path"] == "/flush_cache" for q in sg.requests)
+        keys = [q["body"].get("extra_key") for q in sg.requests if q["path"] == "/generate"]
+        assert all(keys) and len(set(keys)) == len(keys)
+
+
+def test_engine_decode_time_from_first_token_latency_with_metrics():
+    """Mismatch: 0.5.23 with --enable-metrics sends first_token_latency; the engine column was empty."""
+    with SGLangStandIn(version="0.5.23", enable_metrics=True) as sg, SGLangAdapter(sg.url) as adapter:
+        adapter.server_info()
+        meter = TwoPointMeter(adapter, PromptSource(adapter), short_tokens=8, long_tokens=200)
+        point = meter.measure(128, repeats=2, warmup=0)
+        pair = point.valid_pairs[0]
+        assert pair.engine_tps is not None
+        assert pair.engine_tps == pytest.approx(pair.tps, rel=0.5)  # same span, engine's clock
+    with SGLangStandIn(version="0.5.4", enable_metrics=True) as sg, SGLangAdapter(sg.url) as adapter:
+        assert adapter.generate([1, 2], 8).engine_decode_ms is None  # 0.5.4 has no such key
+
+
+@both
+def test_api_key_exempt_health_and_attach_checks_the_key(version):
+    """Mismatch: /health* and /metrics* need no key, so a wrong key used to pass attach and the
+    run died later at /v1/tokenize. Attach now asks a guarded endpoint and names the variable."""
+    secret = "sk-standin-secret"
+    with SGLangStandIn(version=version, api_key=secret) as sg:
+        with SGLangAdapter(sg.url, api_key="sk-wrong") as wrong:
+            wrong.health()  # exempt: says nothing about the key
+        spec = ServiceSpec(engine="sglang")
+        with pytest.raises(ServiceError) as e:
+            attach(spec, sg.url, api_key="sk-wrong", key_var="SG_KEY")
+        assert "refused the API key from $SG_KEY" in str(e.value) and "sk-" not in str(e.value)
+        with pytest.raises(ServiceError, match="none was given"):
+            attach(spec, sg.url)
+        svc = attach(spec, sg.url, api_key=secret, key_var="SG_KEY")
+        info = svc.adapter.server_info()
+        assert secret not in repr(info.to_dict())  # the server info carries api_key unredacted
+        assert sg.headers_seen[-1]["Authorization"] == f"Bearer {secret}"
+        svc.close()
+
+
+@both
+def test_flush_waits_for_running_requests(version):
+    """Mismatch: /flush_cache answers 400 while requests run (0.5.23 waits with ?timeout=); a
+    refusal was reported as 'unsupported'. Now the flush waits, and a refusal is an error."""
+    with SGLangStandIn(version=version, step_ms=50) as sg, SGLangAdapter(sg.url) as adapter:
+        adapter.generate(list(range(100)), 2)
+        busy = threading.Thread(target=adapter.generate, args=(list(range(50)), 20))
+        busy.start()
+        time.sleep(0.1)
+        assert sg.running == 1
         adapter.flush_cache()
-        assert adapter.generate("hello world", 4).cached_tokens == 0
-        assert adapter.tokenize("abc") == sg.tokenize("abc")
+        busy.join()
+        assert adapter.generate(list(range(100)), 2).cached_tokens == 0
 
 
-def test_server_info_reads_version_and_args():
-    with SGLangStandIn() as sg, SGLangAdapter(sg.url) as adapter:
-        info = adapter.server_info()
-        assert info.version == "0.5.4"
+def test_a_flush_that_never_happens_is_an_error_of_the_run(monkeypatch):
+    monkeypatch.setattr(sglang_module, "FLUSH_WAIT_S", 0.3)
+    with SGLangStandIn(version="0.5.4", step_ms=400) as sg, SGLangAdapter(sg.url) as adapter:
+        busy = threading.Thread(target=adapter.generate, args=(list(range(50)), 20))
+        busy.start()
+        time.sleep(0.1)
+        with pytest.raises(EngineError, match="answered 400.*Cache flushed"):
+            adapter.flush_cache()
+        busy.join()
+
+
+def test_flush_needs_the_admin_key_when_one_is_set():
+    """0.5.23 utils/auth.py ADMIN_OPTIONAL: with --admin-api-key, /flush_cache takes only it."""
+    with SGLangStandIn(version="0.5.23", api_key="sk-user", admin_api_key="sk-admin") as sg:
+        with SGLangAdapter(sg.url, api_key="sk-user") as user, pytest.raises(AuthError):
+            user.flush_cache()
+        with SGLangAdapter(sg.url, api_key="sk-user", admin_api_key="sk-admin") as admin:
+            admin.flush_cache()
+
+
+@both
+def test_server_info_per_version_and_provenance_fields(version):
+    """Mismatch: 0.5.4 has only /get_server_info and /get_model_info; the provenance lacked
+    page_size, the overlap schedule and the DDTree budget."""
+    with SGLangStandIn(version=version, page_size=1, ddtree_budget=32) as sg, SGLangAdapter(sg.url) as a:
+        info = a.server_info()
+        assert info.version == version
         assert info.model == "/models/Kimi-K2.6"
-        assert info.args["speculative_algorithm"] == "DDTREE"
-        assert info.args["attention_backend"] == "triton"
+        asked = [q["path"] for q in sg.requests]
+        assert ("/get_model_info" in asked) == (version == "0.5.4")
+        for key in ("page_size", "speculative_algorithm", "attention_backend", "disable_overlap_schedule"):
+            assert key in info.args
+        assert info.args["speculative_ddtree_budget"] == 32
+        assert ("cuda_graph_max_bs" in info.args) == (version == "0.5.4")
+        assert not info.notes
+
+
+def test_ddtree_without_a_budget_is_said_to_be_a_chain():
+    with SGLangStandIn(ddtree_budget=None) as sg, SGLangAdapter(sg.url) as a:
+        assert any("spine mode, a linear chain" in n for n in a.server_info().notes)
+
+
+@both
+def test_stream_counts_tokens_whatever_output_ids_hold(version):
+    """output_ids is a delta in 0.5.4 and cumulative in 0.5.23; completion_tokens is cumulative
+    in both, and is what is counted."""
+    with SGLangStandIn(version=version, accept_length=4.0) as sg, SGLangAdapter(sg.url) as adapter:
+        s = adapter.stream(list(range(20)), 33)
+        assert s.completion_tokens == 33 and s.finish_reason == "length"
+        assert len(s.events) == 1 + 8  # the prefill token, then one event per verify step
+
+
+@both
+def test_an_error_after_the_stream_started_is_an_engine_error(version):
+    """Mismatch: a ValueError mid-stream arrives as data: {"error": ...} with status 200 (HS
+    stream_results); the stream used to end quietly with the tokens so far."""
+    with SGLangStandIn(version=version) as sg, SGLangAdapter(sg.url) as adapter:
+        sg.error_after_tokens = 5
+        with pytest.raises(EngineError, match="stream carried an error.*scheduler failed"):
+            adapter.stream(list(range(20)), 33)
+
+
+def test_an_aborted_stream_says_abort():
+    with SGLangStandIn(version="0.5.23") as sg, SGLangAdapter(sg.url) as adapter:
+        sg.abort_after_tokens = 5
+        s = adapter.stream(list(range(20)), 33)
+        assert s.finish_reason == "abort" and s.completion_tokens < 33
+
+
+@both
+def test_a_400_names_sglangs_reason(version):
+    with SGLangStandIn(version=version, context_length=100) as sg, SGLangAdapter(sg.url) as adapter:
+        with pytest.raises(EngineError, match="400.*longer than the model's context length"):
+            adapter.generate(list(range(150)), 4)
 
 
 def test_early_stop_finish_reason():
@@ -58,8 +225,13 @@ def test_early_stop_finish_reason():
         assert r.completion_tokens == 3
 
 
-def test_two_point_speculative_metrics_from_counter_differences():
-    with SGLangStandIn(accept_length=4.0, step_ms=3.0) as sg, SGLangAdapter(sg.url) as adapter:
+@both
+def test_two_point_speculative_metrics_from_counter_differences(version):
+    with (
+        SGLangStandIn(version=version, accept_length=4.0, step_ms=3.0) as sg,
+        SGLangAdapter(sg.url) as adapter,
+    ):
+        adapter.server_info()
         meter = TwoPointMeter(adapter, PromptSource(adapter), short_tokens=8, long_tokens=264)
         point = meter.measure(256, repeats=3, warmup=0)
         assert len(point.valid_pairs) == 3
@@ -68,12 +240,3 @@ def test_two_point_speculative_metrics_from_counter_differences():
         # tok/s must equal acceptance length / step time: both come from the same counters.
         s, st = point.tps(), point.step_ms()
         assert s.median == pytest.approx(a.median / (st.median / 1000), rel=0.05)
-
-
-def test_api_key_sent_and_required():
-    with SGLangStandIn(api_key="sk-standin-secret") as sg:
-        with SGLangAdapter(sg.url) as anonymous, pytest.raises(ServiceError, match="401"):
-            anonymous.health()
-        with SGLangAdapter(sg.url, api_key="sk-standin-secret") as adapter:
-            adapter.health()
-            assert sg.headers_seen[-1]["Authorization"] == "Bearer sk-standin-secret"

@@ -13,9 +13,10 @@ from perftests.engines.base import (
 from perftests.engines.llamacpp import LlamaCppAdapter
 from perftests.engines.openai import OpenAIAdapter
 from perftests.engines.sglang import SGLangAdapter
+from perftests.engines.vllm import VLLMAdapter
 
 ADAPTERS: dict[str, type[EngineAdapter]] = {
-    a.name: a for a in (LlamaCppAdapter, OpenAIAdapter, SGLangAdapter)
+    a.name: a for a in (LlamaCppAdapter, OpenAIAdapter, SGLangAdapter, VLLMAdapter)
 }
 
 __all__ = [

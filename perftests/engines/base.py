@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import httpx
 
-from perftests.errors import ConfigError, EngineError, NotSupportedError, ServiceError
+from perftests.errors import AuthError, ConfigError, EngineError, NotSupportedError, ServiceError
 
 Prompt = str | Sequence[int]
 
@@ -110,6 +110,7 @@ class ServerInfo:
     version: str | None
     model: str | None
     args: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what the configuration means, said once
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -120,6 +121,11 @@ class EngineAdapter:
 
     name: ClassVar[str] = "base"
     health_path: str = "/health"  # the adapter's default; a profile may set its own
+    # An endpoint the engine guards with its API key. Health is exempt in SGLang, vLLM and
+    # llama.cpp alike, so a healthy service says nothing about the key; this one does.
+    auth_path: ClassVar[str] = "/v1/models"
+    # Prefix-cache hits are counted in whole pages of this many tokens (1: any prefix length).
+    cache_page_tokens: int = 1
     # The base adapter claims nothing; each adapter declares what its code really does.
     capabilities: ClassVar[Capabilities] = Capabilities()
 
@@ -130,8 +136,10 @@ class EngineAdapter:
         api_key: str | None = None,
         timeouts: Timeouts | None = None,
         model: str | None = None,
+        admin_api_key: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.admin_api_key = admin_api_key  # for admin endpoints where the engine has them
         self.model = model
         self.timeouts = timeouts or Timeouts()
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -159,6 +167,8 @@ class EngineAdapter:
 
     def _json(self, method: str, path: str, **kw: Any) -> Any:
         resp = self._request(method, path, **kw)
+        if resp.status_code in (401, 403):
+            raise AuthError(path, resp.status_code)
         if resp.status_code == 404 or resp.status_code == 501:
             raise NotSupportedError(f"{self.name}: {method} {path} answered {resp.status_code}")
         if resp.status_code >= 400:
@@ -177,12 +187,25 @@ class EngineAdapter:
         data = self._json("POST", path, json=body)
         return data, t0, time.perf_counter() - t0
 
+    @classmethod
+    def launch_problems(cls, argv: Sequence[str]) -> list[str]:
+        """What in a launch command keeps this engine from reporting what the measurement
+        checks (say, a flag without which cached tokens are not sent): refused before launch."""
+        return []
+
     # -- the contract -----------------------------------------------------------------------
     def health(self) -> None:
         """Raise ServiceError unless the service says it is ready to generate."""
         resp = self._request("GET", self.health_path)
         if resp.status_code != 200:
             raise ServiceError(f"{self.base_url}{self.health_path} answered {resp.status_code}")
+
+    def check_auth(self) -> None:
+        """Raise AuthError when the service refuses this client's key, or its lack of one, on a
+        guarded endpoint; any other answer (200, 404...) means the key was not the problem."""
+        resp = self._request("GET", self.auth_path)
+        if resp.status_code in (401, 403):
+            raise AuthError(self.auth_path, resp.status_code)
 
     def server_info(self) -> ServerInfo:
         raise NotSupportedError(f"{self.name}: no server info endpoint")
@@ -228,7 +251,13 @@ class EngineAdapter:
                     if payload == "[DONE]":
                         break
                     now = time.perf_counter() - t0
-                    total, reason = self._stream_progress(json.loads(payload), seen)
+                    event = json.loads(payload)
+                    if isinstance(event, dict) and "error" in event:
+                        # SGLang and vLLM both report a failure after the 200 as an event.
+                        raise EngineError(
+                            f"{self.name}: the stream carried an error: {str(event['error'])[:300]}"
+                        )
+                    total, reason = self._stream_progress(event, seen)
                     if total > seen:
                         events.append((now, total - seen))
                         seen = total
