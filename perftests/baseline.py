@@ -170,6 +170,7 @@ def from_record(record: RunRecord, *, reason: str, previous: Baseline | None = N
         "server_args": server.get("args"),
         "model": server.get("model"),
         "launch_argv": record.settings.get("launch_argv"),
+        "launch_env": record.settings.get("launch_env"),
         "service_url": record.service_url,
         "machine": record.machine,
         "commit": record.commit,

@@ -111,10 +111,12 @@ def warm_floor(context: int, page: int = 1) -> int:
     """The fewest cached prompt tokens a warm request must show. An engine recomputes at least
     the last prompt token and counts hits in whole pages (SGLang's radix cache rounds matches
     down to page_size, vLLM to its KV block), so at most page * floor((context - 1) / page) can
-    be cached; a token-granular cache (llama.cpp) keeps 8 tokens of slack."""
+    be cached, and with EAGLE-style drafts one page less (vLLM drops the trailing block of a
+    hit, SGLang keys the tree on token pairs): one page of slack. A token-granular cache
+    (llama.cpp) keeps 8 tokens of slack."""
     if page <= 1:
         return max(context - 8, 0)
-    return page * ((context - 1) // page)
+    return page * max((context - 1) // page - 1, 0)
 
 
 def check_pair(pair: Pair, context: int, short_n: int, long_n: int, page: int = 1) -> str | None:
@@ -351,8 +353,9 @@ class TwoPointMeter:
                     page = self.adapter.cache_page_tokens
                     if self.cache_mode == "warm" and page > 1 and warm_floor(c, page) == 0:
                         point.notes.append(
-                            f"warm mode, but a {c}-token prompt fills no whole {page}-token "
-                            "cache page: nothing could be reused, so this point is cold"
+                            f"warm mode, but a {c}-token prompt spans under two {page}-token "
+                            "cache pages: a hit cannot be told from a miss, so its warm state "
+                            "is unverified"
                         )
                     out[c] = point
         return {c: out[c] for c in contexts}

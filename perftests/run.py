@@ -221,6 +221,9 @@ class GateRun:
         stopped: str | None = None
         try:
             sess.open()
+            if not self.server:
+                for line in server_differences(self.baseline, sess.server):
+                    self._note(line)
             self.server, self.url = self.server or sess.server, sess.url
             info = LaunchInfo(i, public_url(sess.url), sess.launched, sess.startup_s, contexts)
             for ctx, got in sess.measure_all(contexts).items():
@@ -412,6 +415,8 @@ class GateRun:
             "shape_noise": cfg.shape_noise,
             "update": cfg.update,
             "launch_argv": list(launch.argv) if launch and not cfg.attached else None,
+            # The profile's own text (placeholders unresolved): DDTree's knobs are env variables.
+            "launch_env": dict(launch.env) if launch and not cfg.attached else None,
         }
         return RunRecord(
             profile=cfg.profile.name,
@@ -436,3 +441,30 @@ class GateRun:
             problems=dict(self.problems),
             refresh=self.refresh_table,
         )
+
+
+def server_differences(baseline: bl.Baseline | None, server: dict[str, object]) -> list[str]:
+    """The engine version and server arguments where the service differs from the baseline's
+    (both as the adapter reported them): a changed DDTree budget, page size or attention backend
+    moves tok/s for a reason the verdict should not have to guess."""
+    if baseline is None or not server or "error" in server:
+        return []
+    prov = baseline.provenance
+    then_args, now_args = prov.get("server_args") or {}, server.get("args") or {}
+    out = []
+    if prov.get("engine_version") and server.get("version") and prov["engine_version"] != server["version"]:
+        out.append(f"engine version {server['version']} now, {prov['engine_version']} in the baseline")
+    if isinstance(then_args, dict) and isinstance(now_args, dict):
+        # Keys both sides report (another engine version may report others); paths by file
+        # name, since a model directory or cache home differs between machines, not the model.
+        for key in sorted(set(then_args) & set(now_args)):
+            a, b = then_args[key], now_args[key]
+            if _as_compared(a) != _as_compared(b):
+                out.append(f"server argument {key}: {b!r} now, {a!r} in the baseline")
+    return out
+
+
+def _as_compared(value: object) -> object:
+    if isinstance(value, str) and value.startswith("/"):
+        return value.rstrip("/").rsplit("/", 1)[-1]
+    return value

@@ -47,8 +47,22 @@ def test_pro6000_is_the_sglang_ddtree_service():
         "--attention-backend triton",
         "--reasoning-parser kimi_k2",
         "--tool-call-parser kimi_k2",
+        # A tree, not the PR's default chain (budget unset: block_size - 1, spine mode), on the
+        # page size DDTree requires.
+        "--speculative-ddtree-budget 32",
+        "--page-size 1",
     ):
         assert part in argv
+    env = p.service.launch.env
+    assert {"SGLANG_DDTREE_MAX_TOPK", "SGLANG_DDTREE_DEPTH_BONUS"} <= set(env)
+
+
+def test_vllm_example_asks_for_what_the_adapter_reads():
+    p = profiles.load("vllm-example")
+    assert p.service.engine == "vllm"
+    from perftests.engines.vllm import VLLMAdapter
+
+    assert VLLMAdapter.launch_problems(p.service.launch.argv) == []
     assert p.service.launch.startup_timeout_s >= 600  # a 548 GB model takes ~10 min to load
 
 

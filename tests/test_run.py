@@ -259,3 +259,28 @@ def test_a_launch_the_machine_was_busy_around_is_dropped_and_taken_again(
         assert "other processes took 60%" in " ".join(o.lines)  # the last attempt's numbers
     rec = RunRecord.from_dict(json.loads(json.dumps(run.record().to_dict())))
     assert rec.launches[0].discarded and "other processes took 60%" in rec.launches[0].discarded
+
+
+def test_server_arguments_that_differ_from_the_baselines_are_said():
+    """A changed DDTree budget or page size moves tok/s; the run says so beside its verdict."""
+    from perftests.run import server_differences
+
+    base = dataclasses.replace(
+        make_baseline({64: 100.0, 1024: 90.0}),
+        provenance={
+            "engine_version": "0.5.23",
+            "server_args": {"speculative_ddtree_budget": 32, "page_size": 1},
+        },
+    )
+    same = {"version": "0.5.23", "args": {"speculative_ddtree_budget": 32, "page_size": 1}}
+    assert server_differences(base, same) == []
+    now = {"version": "0.5.24", "args": {"speculative_ddtree_budget": None, "page_size": 1}}
+    assert server_differences(base, now) == [
+        "engine version 0.5.24 now, 0.5.23 in the baseline",
+        "server argument speculative_ddtree_budget: None now, 32 in the baseline",
+    ]
+    assert server_differences(None, now) == [] and server_differences(base, {"error": "x"}) == []
+    # Another home for the same model file, or a key one side does not report: not a difference.
+    b2 = dataclasses.replace(base, provenance={"server_args": {"model_alias": "/root/.cache/m/t-1a.gguf"}})
+    assert server_differences(b2, {"args": {"model_alias": "/tmp/h/m/t-1a.gguf", "n_ctx": 9}}) == []
+    assert server_differences(b2, {"args": {"model_alias": "/tmp/h/m/t-2b.gguf"}}) != []

@@ -240,3 +240,25 @@ def test_two_point_speculative_metrics_from_counter_differences(version):
         # tok/s must equal acceptance length / step time: both come from the same counters.
         s, st = point.tps(), point.step_ms()
         assert s.median == pytest.approx(a.median / (st.median / 1000), rel=0.05)
+
+
+def test_the_warm_floor_still_catches_a_miss_on_paged_caches():
+    from perftests.engines.base import RequestResult
+    from perftests.measure import Pair, check_pair, warm_floor
+
+    assert (warm_floor(300, 1), warm_floor(300, 64), warm_floor(129, 64), warm_floor(100, 64)) == (
+        292,
+        192,
+        64,
+        0,
+    )
+
+    def req(n: int, cached: int) -> RequestResult:
+        return RequestResult("sglang", n, 0.1 * n, 0.0, 300, n, cached, "length")
+
+    def pair(cached: int) -> Pair:
+        return Pair(300, 0, req(8, cached), req(72, cached), "warm")
+
+    assert check_pair(pair(256), 300, 8, 72, page=64) is None
+    assert check_pair(pair(192), 300, 8, 72, page=64) is None  # one page short: EAGLE-style
+    assert "missed the cache (0 of 300" in (check_pair(pair(0), 300, 8, 72, page=64) or "")

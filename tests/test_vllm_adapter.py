@@ -68,7 +68,7 @@ def test_warm_pairs_are_judged_by_whole_blocks():
         assert len(point.valid_pairs) == 2
         assert point.valid_pairs[0].short.cached_tokens == 256
         small = meter.measure(40, repeats=2, warmup=0)
-        assert any("fills no whole 64-token cache page" in n for n in small.notes)
+        assert any("spans under two 64-token cache pages" in n for n in small.notes)
 
 
 def test_cold_meter_pairs_are_cold_without_a_flush():
