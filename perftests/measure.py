@@ -261,7 +261,7 @@ class TwoPointMeter:
         if self.before_request:
             self.before_request()
         if self.cache_mode == "cold":
-            if self.adapter.capabilities.bypass_cache:
+            if self.adapter.can_bypass():
                 return self.adapter.generate(prompt, n, bypass_cache=True)
             # No per-request bypass: flush first. A failed flush is an error of the run, never
             # passed over: the request would then not be cold.

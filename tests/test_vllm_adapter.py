@@ -84,6 +84,10 @@ def test_acceptance_from_metrics_counter_differences():
         r = a.generate(list(range(50)), 31)
         # 31 tokens: 1 from prefill, then 10 steps of 2 accepted + 1 sampled.
         assert (r.spec_verify_steps, r.spec_accepted_tokens, r.spec_drafted_tokens) == (10, 20, 40)
+        # 32 tokens: the 11th step emits 1 of its 3 but counts its 2 accepted drafts (counted
+        # before the cut at max_tokens): one client, not a shared service.
+        r = a.generate(list(range(50)), 32)
+        assert (r.spec_verify_steps, r.spec_accepted_tokens) == (11, 22)
         meter = TwoPointMeter(a, PromptSource(a), short_tokens=8, long_tokens=200)
         point = meter.measure(128, repeats=2, warmup=0)
         assert point.acceptance_length().median == pytest.approx(3.0, rel=0.02)

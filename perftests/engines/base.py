@@ -187,6 +187,12 @@ class EngineAdapter:
         data = self._json("POST", path, json=body)
         return data, t0, time.perf_counter() - t0
 
+    def can_bypass(self) -> bool:
+        """Whether this service, as it reported itself, honours a per-request cache bypass. The
+        class declares what the adapter can do on some version; an older engine may need the
+        flush instead (SGLang 0.5.4 drops /generate's extra_key before the radix cache)."""
+        return self.capabilities.bypass_cache
+
     @classmethod
     def launch_problems(cls, argv: Sequence[str]) -> list[str]:
         """What in a launch command keeps this engine from reporting what the measurement
@@ -225,7 +231,7 @@ class EngineAdapter:
 
     def _refuse_bypass(self, bypass_cache: bool) -> None:
         """Raise before anything is sent when asked to bypass a cache this adapter cannot."""
-        if bypass_cache and not self.capabilities.bypass_cache:
+        if bypass_cache and not self.can_bypass():
             raise NotSupportedError(
                 f"{self.name}: the '{self.name}' adapter cannot bypass the prefix cache per request"
             )
@@ -239,6 +245,8 @@ class EngineAdapter:
         t0 = time.perf_counter()
         try:
             with self._client.stream("POST", path, json=body) as resp:
+                if resp.status_code in (401, 403):
+                    raise AuthError(path, resp.status_code)
                 if resp.status_code >= 400:
                     resp.read()
                     raise EngineError(
@@ -251,7 +259,12 @@ class EngineAdapter:
                     if payload == "[DONE]":
                         break
                     now = time.perf_counter() - t0
-                    event = json.loads(payload)
+                    try:
+                        event = json.loads(payload)
+                    except ValueError:
+                        raise EngineError(
+                            f"{self.name}: a stream event is not JSON: {payload[:200]!r}"
+                        ) from None
                     if isinstance(event, dict) and "error" in event:
                         # SGLang and vLLM both report a failure after the 200 as an event.
                         raise EngineError(

@@ -10,14 +10,18 @@ follows the same files per version. What the engine reports and what is derived:
   accepted drafts: spec_num_correct_drafts where sent (0.5.23), else derived as completion -
   verify steps - 1 (the first token comes from prefill, not a verify step);
 - engine decode time: e2e_latency - first_token_latency (0.5.23 with --enable-metrics only);
-- cold requests: a fresh `extra_key` per request, a radix namespace in both versions (io_struct.py
-  GenerateReqInput); 0.5.4 drops a `cache_salt` sent to /generate, so it is not used.
+- cold requests: from 0.5.23 a fresh `extra_key` per request, its own radix namespace
+  (managers/scheduler.py passes extra_key to Req; mem_cache/radix_cache.py keys children on it);
+  0.5.4 accepts extra_key in GenerateReqInput but its scheduler builds Req without it
+  (managers/scheduler.py handle_generate_request) and drops a /generate cache_salt, so there a
+  cold request follows a /flush_cache.
 
 Only per-response fields are read for speculative counters: avg_spec_accept_length in the server
 info is cumulative over all requests and would blur one request into the others."""
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from typing import Any, ClassVar
@@ -25,7 +29,7 @@ from typing import Any, ClassVar
 import httpx
 
 from perftests.engines.base import Capabilities, EngineAdapter, Prompt, RequestResult, ServerInfo
-from perftests.errors import AuthError, EngineError, NotSupportedError
+from perftests.errors import EngineError, NotSupportedError
 
 # Server arguments kept in the record and the baseline's provenance: what decides decode speed
 # and acceptance. A whitelist: the server info also carries api_key and admin_api_key unredacted.
@@ -52,6 +56,13 @@ KEEP = (
     "context_length",
 )
 FLUSH_WAIT_S = 30.0
+KEYED_CACHE_SINCE = (0, 5, 23)  # the first version read whose scheduler passes extra_key on
+
+
+def version_tuple(text: object) -> tuple[int, ...] | None:
+    """'0.5.23.post1' -> (0, 5, 23); None when the string does not start with a number."""
+    m = re.match(r"(\d+(?:\.\d+)*)", str(text or ""))
+    return tuple(int(x) for x in m.group(1).split(".")) if m else None
 
 
 class SGLangAdapter(EngineAdapter):
@@ -61,7 +72,7 @@ class SGLangAdapter(EngineAdapter):
     # utils/common.py add_api_key_middleware; 0.5.23 utils/auth.py decide_request_auth).
     auth_path: ClassVar[str] = "/v1/models"
     capabilities = Capabilities(
-        bypass_cache=True,  # a fresh extra_key per request: its own radix namespace
+        bypass_cache=True,  # a fresh extra_key per request (0.5.23; can_bypass() says per service)
         flush_cache=True,  # POST /flush_cache empties the radix cache
         cached_tokens=True,  # meta_info.cached_tokens per response
         spec_counters=True,  # meta_info.spec_verify_ct per response
@@ -73,6 +84,11 @@ class SGLangAdapter(EngineAdapter):
         # self.admin_api_key: 0.5.23 with --admin-api-key set, /flush_cache takes only that key
         # (utils/auth.py AuthLevel.ADMIN_OPTIONAL).
         self.speculative: bool | None = None  # from the server info: is an algorithm set?
+        self.version: tuple[int, ...] | None = None
+
+    def can_bypass(self) -> bool:
+        # Unknown or older than 0.5.23: flush instead (extra_key is dropped by 0.5.4's scheduler).
+        return self.version is not None and self.version >= KEYED_CACHE_SINCE
 
     def server_info(self) -> ServerInfo:
         try:
@@ -87,6 +103,7 @@ class SGLangAdapter(EngineAdapter):
             except NotSupportedError:
                 continue
         args = {k: info[k] for k in KEEP if k in info}
+        self.version = version_tuple(info.get("version"))
         self.cache_page_tokens = int(info.get("page_size") or 1)
         algorithm = info.get("speculative_algorithm")
         self.speculative = bool(algorithm)
@@ -113,7 +130,9 @@ class SGLangAdapter(EngineAdapter):
         """Empty the radix cache, or raise EngineError: a refused flush leaves the cache warm, so
         it is an error of the run, never "unsupported". 0.5.23 waits for idle up to ?timeout=;
         0.5.4 ignores it and answers 400 while requests run, so we wait and ask again."""
-        headers = {"Authorization": f"Bearer {self.admin_api_key}"} if self.admin_api_key else {}
+        # The admin key only where it exists (0.5.23): 0.5.4 would refuse it for the API key's place.
+        admin = self.admin_api_key if self.version is None or self.version >= (0, 5, 23) else None
+        headers = {"Authorization": f"Bearer {admin}"} if admin else {}
         deadline = time.monotonic() + FLUSH_WAIT_S
         while True:
             try:
@@ -121,7 +140,11 @@ class SGLangAdapter(EngineAdapter):
             except httpx.TransportError as e:
                 raise EngineError(f"sglang: POST /flush_cache failed: {e}") from None
             if resp.status_code in (401, 403):
-                raise AuthError("/flush_cache", resp.status_code)
+                raise EngineError(
+                    f"sglang: /flush_cache refused the key ({resp.status_code}); a server started "
+                    "with --admin-api-key takes only that key there (utils/auth.py ADMIN_OPTIONAL): "
+                    "name its variable with service.admin_api_key_env in the profile"
+                )
             if resp.status_code == 200:
                 return
             if resp.status_code != 400 or time.monotonic() > deadline:
@@ -151,6 +174,7 @@ class SGLangAdapter(EngineAdapter):
     def generate(
         self, prompt: Prompt, max_tokens: int, *, ignore_eos: bool = True, bypass_cache: bool = False
     ) -> RequestResult:
+        self._refuse_bypass(bypass_cache)
         body = self._body(prompt, max_tokens, ignore_eos, stream=False)
         if bypass_cache:
             body["extra_key"] = f"perftests-{uuid.uuid4().hex}"

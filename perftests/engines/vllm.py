@@ -10,12 +10,15 @@ What is measured from the engine, and what it needs:
   before and after each request (v1/spec_decode/metrics.py SpecDecodingProm). The measurement
   keeps one request in flight, so the difference is that request's; the counters of its last step
   are recorded before its answer can be sent (v1/engine/async_llm.py output_handler: outputs
-  are queued, then logger.record, with no await between);
+  are queued, then logger.record, with no await between). vLLM counts only steps that had
+  drafts (scheduler.py records `if scheduled_spec_token_ids`): with a method that sometimes
+  proposes nothing (ngram, suffix), tokens per verify step are overstated; EAGLE, MTP and draft
+  models always propose;
 - engine decode time: `metrics.generation_time_ms` (last token - first token) with
   --enable-per-request-metrics (entrypoints/generate/base/serving.py
   build_per_request_timing_metrics);
 - cold requests: a fresh `cache_salt` per request is hashed into the first block
-  (v1/core/kv_cache_utils.py _gen_extra_keys), so nothing cached is reused; no flush needed."""
+  (v1/core/kv_cache_utils.py generate_block_hash_extra_keys), so nothing cached is reused; no flush needed."""
 
 from __future__ import annotations
 
@@ -59,6 +62,7 @@ class VLLMAdapter(OpenAIAdapter):
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self._speculative: bool | None = None  # learnt from /metrics on first use
+        self.num_speculative_tokens: int | None = None  # k, from the per-position counters
 
     @classmethod
     def launch_problems(cls, argv: Sequence[str]) -> list[str]:
@@ -105,7 +109,7 @@ class VLLMAdapter(OpenAIAdapter):
             positions = {int(p) for p in _PER_POS.findall(text)}
             args["speculative"] = bool(counter_sums(text, SPEC))
             if positions:
-                args["num_speculative_tokens"] = max(positions) + 1
+                args["num_speculative_tokens"] = self.num_speculative_tokens = max(positions) + 1
         return ServerInfo(engine=self.name, version=version, model=first.get("root"), args=args)
 
     def _metrics_text(self) -> str | None:
@@ -150,9 +154,17 @@ class VLLMAdapter(OpenAIAdapter):
     ) -> RequestResult:
         steps, drafted, accepted = (int(after.get(k, 0) - before.get(k, 0)) for k in SPEC)
         # The first token comes from prefill; every verify step then emits its accepted drafts
-        # plus one token of the target's own (scheduler.py: num_accepted = generated - sampled).
-        # More than that means another request ran in between: the service is shared.
-        if steps + accepted > r.completion_tokens - 1 or min(steps, drafted, accepted) < 0:
+        # plus one token of the target's own. The last step counts all its accepted drafts
+        # before the request is cut at max_tokens (scheduler.py: num_accepted = generated -
+        # sampled, then _update_request_with_output truncates): up to k - 1 more than emitted.
+        # More than that, or drafts beyond k a step, means another request ran in between.
+        k = self.num_speculative_tokens or (-(-drafted // steps) if steps else 0)
+        plausible = (
+            min(steps, drafted, accepted) >= 0
+            and accepted <= drafted <= steps * max(k, 1)
+            and steps + accepted <= r.completion_tokens - 1 + max(k - 1, 0)
+        )
+        if not plausible:
             raise EngineError(
                 f"vllm: the speculative counters moved by {steps} steps and {accepted} accepted "
                 f"tokens around a {r.completion_tokens}-token request: another client is using "

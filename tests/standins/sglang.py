@@ -84,6 +84,7 @@ class SGLangStandIn:
         self.cache: set[tuple[Any, ...]] = set()  # (namespace, page-aligned prefix)
         self.running = 0
         self.requests: list[dict[str, Any]] = []
+        self.responses: list[dict[str, Any]] = []
         self.headers_seen: list[dict[str, str]] = []
         self.error_after_tokens: int | None = None  # a failure after the stream started
         self.abort_after_tokens: int | None = None  # a scheduler abort of the running request
@@ -184,14 +185,27 @@ class SGLangStandIn:
             )
             return 400, {"error": {"message": msg}}, []
         asked = int(sp.get("max_new_tokens", 128))
+        # The same function: input + max_new_tokens against the context, ">=" in 0.5.4, ">" in 0.5.23.
+        total = len(ids) + asked
+        if total > self.context_length or (total == self.context_length and not self.new):
+            msg = (
+                "Requested token count exceeds the model's maximum context length of "
+                f"{self.context_length} tokens. You requested a total of {total} tokens: "
+                f"{len(ids)} tokens from the input messages and {asked} tokens for the completion. "
+                "Please reduce the number of tokens in the input messages or the completion to fit "
+                "within the limit."
+            )
+            return 400, {"error": {"message": msg}}, []
         n = asked
         if not sp.get("ignore_eos") and self.early_stop_at is not None:
             n = min(n, self.early_stop_at)
         if self.max_tokens_cap is not None:
             n = min(n, self.max_tokens_cap)
-        # 0.5.4 io_struct.py GenerateReqInput has extra_key only (a cache_salt on /generate is
-        # dropped); 0.5.23 io_struct.py has both, each a namespace of the radix tree.
-        namespace = (body.get("extra_key"), body.get("cache_salt") if self.new else None)
+        # 0.5.23: extra_key and cache_salt reach Req (managers/scheduler.py l.3025-3026) and key
+        # the radix tree's children (radix_cache.py RadixKey). 0.5.4: GenerateReqInput takes
+        # extra_key (io_struct.py l.164) but the scheduler builds Req without it
+        # (managers/scheduler.py l.1185-1210), and /generate has no cache_salt: no namespace.
+        namespace = (body.get("extra_key"), body.get("cache_salt")) if self.new else (None, None)
         with self._lock:
             cached = self._cached(list(ids), namespace)
         steps = self._steps(n)
@@ -223,6 +237,7 @@ class SGLangStandIn:
             meta["first_token_latency"] = first - t0
             meta["decode_throughput"] = (n - 1) / max(time.perf_counter() - first, 1e-9)
         out = {"text": "x" * n, "output_ids": [5] * n, "meta_info": meta}
+        self.responses.append(out)
         return 200, out, chunks
 
     def _spec_meta(self, meta: dict[str, Any], n: int, steps: int) -> None:

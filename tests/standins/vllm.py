@@ -5,7 +5,7 @@ line numbers of 0.34.0); nothing else is modelled.
 
 Launch options it models (VLLMStandIn arguments):
   api_key                      --api-key (serve/middleware/register.py)
-  enable_prompt_tokens_details --enable-prompt-tokens-details (entrypoints/openai/cli_args.py)
+  enable_prompt_tokens_details --enable-prompt-tokens-details (entrypoints/common/cli_args.py)
   per_request_metrics          --enable-per-request-metrics
   per_request_spec             --per-request-spec-decode-metrics summary
   num_speculative_tokens       --speculative-config '{"num_speculative_tokens": k, ...}'
@@ -82,8 +82,8 @@ class VLLMStandIn:
         return [ord(c) % 1000 + 3 for c in text]
 
     def _block_keys(self, ids: list[int], salt: str | None) -> list[tuple[Any, ...]]:
-        # v1/core/kv_cache_utils.py: each full block's hash chains its parent's; cache_salt is
-        # an extra key of the first block only (_gen_extra_keys l.655-658), so it salts them all.
+        # v1/core/kv_cache_utils.py: each full block's hash chains its parent's; cache_salt is an
+        # extra key of the first block only (generate_block_hash_extra_keys l.655-658): it salts all.
         keys, parent = [], ("salt", salt)
         for i in range(len(ids) // self.block_size):
             parent = (parent, tuple(ids[i * self.block_size : (i + 1) * self.block_size]))
@@ -111,7 +111,8 @@ class VLLMStandIn:
             # completion/protocol.py l.612-631
             return _error("Either prompt or prompt_embeds must be provided and non-empty.", "Bad Request")
         salt = body.get("cache_salt")
-        if salt is not None and (not isinstance(salt, str) or not salt or len(salt) > 128):
+        bad = not isinstance(salt, str) or not salt or len(salt) > 128 or any(c in salt for c in "@/\\\0")
+        if salt is not None and bad:
             # generate/base/protocol.py validate_cache_salt
             return _error(
                 "Parameter 'cache_salt' must be a non-empty string if provided.", param="cache_salt"
@@ -133,13 +134,15 @@ class VLLMStandIn:
         return ids, min(n, self.max_model_len - len(ids))
 
     def _steps(self, n: int) -> tuple[int, int]:
-        """(verify steps, accepted drafts) for n tokens: the first from prefill, then each step
-        commits its accepted drafts plus one sampled token (v1/core/sched/scheduler.py
-        l.2392-2416: num_accepted = generated - sampled)."""
+        """(verify steps, accepted drafts counted) for n tokens: the first from prefill, then
+        each step commits its accepted drafts plus one sampled token. Counted before the request
+        is cut at max_tokens (v1/core/sched/scheduler.py l.2392-2416: num_accepted = generated -
+        sampled, then _update_request_with_output truncates), with drafts not capped to what is
+        still needed: the last step counts all its accepted drafts, emitted or not."""
         if not self.k or n <= 1:
             return 0, 0
         steps = math.ceil((n - 1) / (self.accepted_per_step + 1))
-        return steps, n - 1 - steps
+        return steps, steps * self.accepted_per_step
 
     def complete(self, body: dict[str, Any]) -> tuple[int, dict[str, Any], list[int]]:
         """(status, response body, per-step token counts for streaming)."""
@@ -179,7 +182,7 @@ class VLLMStandIn:
                 "created_cache_tokens": None,
                 "multimodal_tokens": None,
             }
-        metrics = None
+        metrics: dict[str, Any] | None = None
         if self.per_request_metrics:
             # generate/base/serving.py build_per_request_timing_metrics l.38-90 (ms)
             metrics = {
@@ -190,16 +193,26 @@ class VLLMStandIn:
                 "tokens_per_second": n / (last - t0),
                 "speculative_decoding": None,
             }
-            if self.per_request_spec and self.k:
-                # v1/metrics/stats.py RequestSpecDecodeMetrics.to_dict l.397-421
-                metrics["speculative_decoding"] = {
-                    "mean_acceptance_length": 1 + accepted / steps if steps else 1.0,
-                    "draft_acceptance_rate": accepted / (steps * self.k) if steps else 0.0,
-                    "num_spec_steps": steps,
-                    "num_accepted_draft_tokens": accepted,
-                    "num_draft_tokens": steps * self.k,
-                    "num_spec_tokens": self.k,
-                }
+        if self.per_request_spec and self.k:
+            # completion/serving.py l.757-763: the spec stats go in whether or not the timing
+            # metrics are on (a PerRequestMetrics with only them); stats.py to_dict l.397-421
+            metrics = metrics or dict.fromkeys(
+                (
+                    "time_to_first_token_ms",
+                    "generation_time_ms",
+                    "queue_time_ms",
+                    "mean_itl_ms",
+                    "tokens_per_second",
+                )
+            )
+            metrics["speculative_decoding"] = {
+                "mean_acceptance_length": 1 + accepted / steps if steps else 1.0,
+                "draft_acceptance_rate": accepted / (steps * self.k) if steps else 0.0,
+                "num_spec_steps": steps,
+                "num_accepted_draft_tokens": accepted,
+                "num_draft_tokens": steps * self.k,
+                "num_spec_tokens": self.k,
+            }
         return (
             200,
             {
