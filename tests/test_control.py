@@ -49,6 +49,35 @@ def test_faster_machine_is_said_not_refused():
     assert any("60.5 now" in line and "above" in line for line in mc.lines)
 
 
+def test_a_gpu_served_model_is_refused_on_its_gpus_not_on_its_hosts_figures():
+    """One 7B gate run of eight on the lent H200 (2026-12-04) was refused as MACHINE DIFFERS on
+    the host's memory copy (10.2 GB/s, 10.7 allowed) with the GPU copy, clocks and power limit
+    in range; its tok/s matched the other runs."""
+    gpu_ref = ControlRange(
+        {"cpu_gflops": (400.0, 620.0), "mem_gbs": (11.0, 12.0), "gpu_copy_gbs": (3500.0, 3900.0)},
+        gpus=({"max_sm_clock_mhz": 1980, "power_limit_w": 700},),
+    )
+
+    def g(mem: float, copy: float, **kw: object) -> Reading:
+        return Reading(
+            "before",
+            0,
+            0.4,
+            cpu_gflops=500.0,
+            cpu_rcv=0.02,
+            mem_gbs=mem,
+            foreign_cpu=0.0,
+            gpus=(GpuState(0, "H200", **{"max_sm_clock_mhz": 1980, "power_limit_w": 700, **kw}),),
+            gpu_copy_gbs=copy,
+        )
+
+    mc = check(gpu_ref, [g(10.2, 3700.0)], tolerance=0.03)
+    assert mc.status == "ok" and any("memory copy" in x and "said, not refused" in x for x in mc.lines)
+    assert check(gpu_ref, [g(11.5, 3000.0)], tolerance=0.03).status == "differs"  # the GPU copy
+    assert check(gpu_ref, [g(11.5, 3700.0, power_limit_w=600)], tolerance=0.03).status == "differs"
+    assert check(REF, [r(mem=8.0)], tolerance=0.03).status == "differs"  # a CPU-served model: refused
+
+
 @pytest.mark.parametrize(
     "reading, needle",
     [
