@@ -8,17 +8,18 @@ from pathlib import Path
 import pytest
 
 from perftests.service import free_port
-from tests.standins.sglang import SGLangStandIn
+from tests.standins.sglang import VERSIONS, SGLangStandIn
+from tests.standins.vllm import VLLMStandIn
 
 REPO = Path(__file__).resolve().parents[1]
 GATE = str(REPO / "perftests")
 SECRET = "sk-perftests-do-not-leak-7f3a9c"
 
 
-def sglang_profile(dir: Path, url: str, api_key_env: str | None = None) -> None:
+def sglang_profile(dir: Path, url: str, api_key_env: str | None = None, engine: str = "sglang") -> None:
     key = f"  api_key_env: {api_key_env}\n" if api_key_env else ""
     (dir / "standin.yaml").write_text(
-        f"name: standin\nengine: sglang\nservice:\n  url: {url}\n{key}"
+        f"name: standin\nengine: {engine}\nservice:\n  url: {url}\n{key}"
         "sweep:\n  contexts: [64, 256]\ndefaults:\n  repeats: 3\n  warmup: 1\n"
         # The stand-in's tests are about the gate's flow, not the machine's: a neighbour's burst
         # must not turn them into MACHINE BUSY (the control is tested in test_control.py and on
@@ -88,7 +89,8 @@ def test_unreachable_service_is_a_run_error_not_a_failure(pytester):
     assert "cannot attach" in result.stdout.str()
 
 
-def test_gate_against_sglang_standin_never_shows_the_api_key(pytester, monkeypatch):
+@pytest.mark.parametrize("version", VERSIONS)
+def test_gate_against_sglang_standin_never_shows_the_api_key(pytester, monkeypatch, version):
     monkeypatch.setenv("STANDIN_KEY", SECRET)
     base_file = pytester.path / "baselines" / "standin.yaml"
     common = [
@@ -103,7 +105,8 @@ def test_gate_against_sglang_standin_never_shows_the_api_key(pytester, monkeypat
         "--perf-log-dir",
         str(pytester.path / "logs"),
     ]
-    with SGLangStandIn(api_key=SECRET, accept_length=4.0, step_ms=2.0) as sg:
+    # The stand-in's server info carries api_key unredacted, as SGLang's does.
+    with SGLangStandIn(version=version, api_key=SECRET, accept_length=4.0, step_ms=2.0) as sg:
         sglang_profile(pytester.path, sg.url, api_key_env="STANDIN_KEY")
         create = pytester.runpytest_subprocess(
             GATE, *common, "--update-baselines", "--reason", "first baseline for the stand-in"
@@ -140,6 +143,29 @@ def test_gate_against_sglang_standin_never_shows_the_api_key(pytester, monkeypat
     ]
     texts += [p.read_text(errors="replace") for p in (pytester.path / "logs").rglob("*") if p.is_file()]
     assert not any(SECRET in t for t in texts), "the API key leaked into output, record or logs"
+
+
+def test_gate_against_vllm_standin_reads_acceptance_and_the_engine_clock(pytester):
+    """The whole gate through the vLLM adapter: attach (the key checked on /v1), a refresh, a
+    gate run; acceptance from the per-request spec stats, decode time from per-request metrics."""
+    common = ["--hw", "standin", "--perf-profile-dir", str(pytester.path), "-p", "no:cacheprovider"]
+    common += ["--perf-baseline", str(pytester.path / "b.yaml")]
+    with VLLMStandIn(
+        num_speculative_tokens=4, accepted_per_step=3, per_request_metrics=True, per_request_spec=True
+    ) as vl:
+        sglang_profile(pytester.path, vl.url, engine="vllm")
+        create = pytester.runpytest_subprocess(
+            GATE, *common, "--update-baselines", "--reason", "vllm stand-in"
+        )
+        record = pytester.path / "run.json"
+        result = pytester.runpytest_subprocess(GATE, *common, "--perf-json", str(record))
+    create.assert_outcomes(passed=3)
+    result.assert_outcomes(passed=3)
+    data = json.loads(record.read_text())
+    assert data["verdict"]["kind"] == "pass" and data["server"]["version"] == "0.34.0"
+    for p in data["points"]:
+        assert p["summary"]["acceptance_length"]["median"] == pytest.approx(4.0, rel=0.05)
+        assert p["summary"]["engine_tps"]["median"] > 0
 
 
 def test_missing_baseline_is_refused_before_launching_saying_how_to_create_it(pytester):
