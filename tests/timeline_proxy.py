@@ -7,31 +7,19 @@ from __future__ import annotations
 import http.client
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlsplit
 
+from tests.standins.http import LocalServer
 
-class TimelineProxy:
+
+class TimelineProxy(LocalServer):
     def __init__(self, upstream: str) -> None:
         u = urlsplit(upstream)
         self.host, self.port = u.hostname or "127.0.0.1", u.port or 80
         self.timeline: list[tuple[float, float, str, str]] = []  # (start, end, method, path)
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> TimelineProxy:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(self._handler())
 
     def overlaps(self) -> list[tuple[tuple, tuple]]:
         spans = sorted(self.timeline)

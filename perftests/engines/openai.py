@@ -52,6 +52,11 @@ class OpenAIAdapter(EngineAdapter):
         self, prompt: Prompt, max_tokens: int, *, ignore_eos: bool = True, bypass_cache: bool = False
     ) -> RequestResult:
         self._refuse_bypass(bypass_cache)
+        body = self._completion_body(prompt, max_tokens, ignore_eos)
+        data, t0, wall = self._timed_post("/v1/completions", body)
+        return self.parse(data, requested=max_tokens, started=t0, wall=wall)
+
+    def _completion_body(self, prompt: Prompt, max_tokens: int, ignore_eos: bool) -> dict[str, Any]:
         body: dict[str, Any] = {
             "prompt": prompt if isinstance(prompt, str) else list(prompt),
             "max_tokens": max_tokens,
@@ -61,11 +66,9 @@ class OpenAIAdapter(EngineAdapter):
         }
         if ignore_eos:
             body["min_tokens"] = max_tokens
-        model = self._model_name()
-        if model:
+        if model := self._model_name():
             body["model"] = model
-        data, t0, wall = self._timed_post("/v1/completions", body)
-        return self.parse(data, requested=max_tokens, started=t0, wall=wall)
+        return body
 
     def _stream_body(self, prompt: Prompt, max_tokens: int) -> tuple[str, dict[str, Any]]:
         body: dict[str, Any] = {

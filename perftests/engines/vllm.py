@@ -128,19 +128,9 @@ class VLLMAdapter(OpenAIAdapter):
     def generate(
         self, prompt: Prompt, max_tokens: int, *, ignore_eos: bool = True, bypass_cache: bool = False
     ) -> RequestResult:
-        body: dict[str, Any] = {
-            "prompt": prompt if isinstance(prompt, str) else list(prompt),
-            "max_tokens": max_tokens,
-            "temperature": 0.0,
-            "ignore_eos": ignore_eos,
-            "stream": False,
-        }
-        if ignore_eos:
-            body["min_tokens"] = max_tokens
+        body = self._completion_body(prompt, max_tokens, ignore_eos)
         if bypass_cache:
             body["cache_salt"] = f"perftests-{uuid.uuid4().hex}"
-        if model := self._model_name():
-            body["model"] = model
         before = self._spec_now() if self._speculative is not False else None
         data, t0, wall = self._timed_post("/v1/completions", body)
         result = self.parse(data, requested=max_tokens, started=t0, wall=wall)

@@ -15,9 +15,11 @@ import json
 import math
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests.standins.http import Handler, LocalServer
 
 VERSIONS = ("0.5.4", "0.5.23")
 FLUSHED = (
@@ -43,7 +45,7 @@ SAMPLING_KEYS = (
 )
 
 
-class SGLangStandIn:
+class SGLangStandIn(LocalServer):
     def __init__(
         self,
         *,
@@ -89,21 +91,7 @@ class SGLangStandIn:
         self.error_after_tokens: int | None = None  # a failure after the stream started
         self.abort_after_tokens: int | None = None  # a scheduler abort of the running request
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> SGLangStandIn:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(self._handler())
 
     # -- the engine -------------------------------------------------------------------------
     @staticmethod
@@ -275,22 +263,7 @@ class SGLangStandIn:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _send(self, code: int, raw: bytes, ctype: str = "application/json") -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-            def _reply(self, code: int, data: Any) -> None:
-                self._send(code, json.dumps(data).encode())
-
+        class StandInHandler(Handler):
             def _text(self, code: int, text: str) -> None:
                 self._send(code, text.encode(), "text/plain; charset=utf-8")
 
@@ -425,8 +398,4 @@ class SGLangStandIn:
                 self.wfile.flush()
                 self.close_connection = True
 
-            def _event(self, obj: dict[str, Any]) -> None:
-                self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
-                self.wfile.flush()
-
-        return Handler
+        return StandInHandler

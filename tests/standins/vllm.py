@@ -20,8 +20,10 @@ import math
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.standins.http import Handler, LocalServer
 
 VERSION = "0.34.0"
 # serve/middleware/authenticate.py l.11: only these prefixes need the key.
@@ -29,7 +31,7 @@ GUARDED_PREFIX = ("/v1", "/v2", "/inference", "/cohere")
 MODEL = "stand-in/model"
 
 
-class VLLMStandIn:
+class VLLMStandIn(LocalServer):
     def __init__(
         self,
         *,
@@ -61,20 +63,7 @@ class VLLMStandIn:
         self.requests: list[dict[str, Any]] = []
         self.error_after_tokens: int | None = None  # a failure mid-stream, after the 200
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> VLLMStandIn:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(self._handler())
 
     # -- the engine -------------------------------------------------------------------------
     @staticmethod
@@ -260,22 +249,7 @@ class VLLMStandIn:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def _send(self, code: int, raw: bytes, ctype: str = "application/json") -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-            def _reply(self, code: int, data: Any) -> None:
-                self._send(code, json.dumps(data).encode())
-
+        class StandInHandler(Handler):
             def _authorised(self) -> bool:
                 path = self.path.split("?")[0]
                 if not outer.api_key or not path.startswith(GUARDED_PREFIX):
@@ -380,11 +354,7 @@ class VLLMStandIn:
                 self.wfile.flush()
                 self.close_connection = True
 
-            def _event(self, obj: dict[str, Any]) -> None:
-                self.wfile.write(f"data: {json.dumps(obj)}\n\n".encode())
-                self.wfile.flush()
-
-        return Handler
+        return StandInHandler
 
 
 def _error(message: str, kind: str = "BadRequestError", param: str | None = None) -> dict[str, Any]:
