@@ -166,3 +166,15 @@ def test_server_info():
         assert info.version == "0.34.0" and info.model == "/models/stand-in"
         assert info.args["speculative"] is True and info.args["num_speculative_tokens"] == 3
         assert info.args["max_model_len"] == 8192
+
+
+def test_the_block_size_is_read_from_the_engine_not_assumed():
+    """An attention backend may change vLLM's block size; the engine's own is a label of
+    vllm:cache_config_info. With 16-token blocks a 300-token prompt has 288 cached."""
+    with VLLMStandIn(block_size=16) as vl, VLLMAdapter(vl.url) as a:
+        assert a.cache_page_tokens == 64  # vLLM's default, until the server says
+        info = a.server_info()
+        assert a.cache_page_tokens == 16 == info.args["block_size"]
+        meter = TwoPointMeter(a, PromptSource(a), short_tokens=8, long_tokens=72)
+        point = meter.measure(300, repeats=2, warmup=0)
+        assert point.valid_pairs[0].short.cached_tokens == 288

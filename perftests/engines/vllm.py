@@ -4,7 +4,8 @@
 What is measured from the engine, and what it needs:
 - cached prompt tokens: `usage.prompt_tokens_details.cached_tokens`, sent only when the server
   runs with --enable-prompt-tokens-details (entrypoints/openai/completion/serving.py
-  request_output_to_completion_response; without it the key is absent, not null);
+  request_output_to_completion_response; without it the key is absent, not null), counted in
+  whole KV blocks of the size the engine reports in vllm:cache_config_info;
 - speculative acceptance: per request from `metrics.speculative_decoding` when the server runs
   with --per-request-spec-decode-metrics, else the /metrics counters vllm:spec_decode_* read
   before and after each request (v1/spec_decode/metrics.py SpecDecodingProm). The measurement
@@ -38,6 +39,11 @@ DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 SPEC = (DRAFTS, DRAFT_TOKENS, ACCEPTED)
+# The effective KV block, as the engine settled it (v1/engine/core_client.py syncs block_size
+# back from the engine; v1/metrics/loggers.py log_metrics_info exposes CacheConfig.metrics_info()
+# as the labels of this gauge).
+_CACHE_INFO = re.compile(r"^vllm:cache_config_info\{([^}]*)\}", re.M)
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
 _PER_POS = re.compile(r'^vllm:spec_decode_num_accepted_tokens_per_pos_total\{[^}]*position="(\d+)"', re.M)
 DETAILS_FLAG = "--enable-prompt-tokens-details"
 
@@ -55,8 +61,8 @@ class VLLMAdapter(OpenAIAdapter):
         spec_counters=True,  # per-request metrics, else /metrics differences around the request
         engine_timing=True,  # metrics.generation_time_ms, with --enable-per-request-metrics
     )
-    # The KV block a prefix hit is counted in: config/cache.py DEFAULT_BLOCK_SIZE = 64 (an
-    # attention backend may change it when --block-size is not given).
+    # The KV block a prefix hit is counted in: config/cache.py DEFAULT_BLOCK_SIZE = 64 until the
+    # server info reads the engine's own (an attention backend may change it).
     cache_page_tokens = 64
 
     def __init__(self, *args: Any, **kw: Any) -> None:
@@ -105,12 +111,20 @@ class VLLMAdapter(OpenAIAdapter):
             "max_model_len": first.get("max_model_len"),
         }
         text = self._metrics_text()
+        notes = []
+        if text is not None and (m := _CACHE_INFO.search(text)):
+            cache = dict(_LABEL.findall(m.group(1)))
+            if cache.get("block_size", "").isdigit():
+                self.cache_page_tokens = args["block_size"] = int(cache["block_size"])
+            args["enable_prefix_caching"] = cache.get("enable_prefix_caching")
+            if cache.get("enable_prefix_caching") == "False":
+                notes.append("prefix caching is off: no warm request can reuse its prompt")
         if text is not None:
             positions = {int(p) for p in _PER_POS.findall(text)}
             args["speculative"] = bool(counter_sums(text, SPEC))
             if positions:
                 args["num_speculative_tokens"] = self.num_speculative_tokens = max(positions) + 1
-        return ServerInfo(engine=self.name, version=version, model=first.get("root"), args=args)
+        return ServerInfo(engine=self.name, version=version, model=first.get("root"), args=args, notes=notes)
 
     def _metrics_text(self) -> str | None:
         resp = self._request("GET", "/metrics")

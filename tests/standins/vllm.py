@@ -225,12 +225,16 @@ class VLLMStandIn(LocalServer):
         )
 
     def metrics_text(self) -> str:
-        # prometheus_client exposition of v1/spec_decode/metrics.py SpecDecodingProm; only with
-        # a speculative config (l.211-213); `_total` samples plus `_created` companions.
+        # v1/metrics/loggers.py log_metrics_info (l.1114-1135, called at l.1355): the cache
+        # config as the labels of a gauge set to 1, block_size as the engine settled it
+        # (v1/engine/core_client.py l.909-912); labels sorted, as prometheus_client prints them.
+        info = f'block_size="{self.block_size}",enable_prefix_caching="True",engine="0"'
+        lines = [f"vllm:cache_config_info{{{info}}} 1.0"]
         if not self.k:
-            return '# HELP vllm:num_requests_running x\nvllm:num_requests_running{engine="0"} 0.0\n'
+            return "\n".join([*lines, 'vllm:num_requests_running{engine="0"} 0.0']) + "\n"
+        # v1/spec_decode/metrics.py SpecDecodingProm; only with a speculative config
+        # (l.211-213); `_total` samples plus `_created` companions.
         lab = f'engine="0",model_name="{MODEL}"'
-        lines = []
         for name, key in (
             ("vllm:spec_decode_num_drafts", "drafts"),
             ("vllm:spec_decode_num_draft_tokens", "draft_tokens"),
