@@ -26,8 +26,6 @@ import time
 import uuid
 from typing import Any, ClassVar
 
-import httpx
-
 from perftests.engines.base import Capabilities, EngineAdapter, Prompt, RequestResult, ServerInfo
 from perftests.errors import EngineError, NotSupportedError
 
@@ -135,10 +133,8 @@ class SGLangAdapter(EngineAdapter):
         headers = {"Authorization": f"Bearer {admin}"} if admin else {}
         deadline = time.monotonic() + FLUSH_WAIT_S
         while True:
-            try:
-                resp = self._client.post("/flush_cache", params={"timeout": FLUSH_WAIT_S}, headers=headers)
-            except httpx.TransportError as e:
-                raise EngineError(f"sglang: POST /flush_cache failed: {e}") from None
+            # _request names URL and status only on a transport error, never the headers.
+            resp = self._request("POST", "/flush_cache", params={"timeout": FLUSH_WAIT_S}, headers=headers)
             if resp.status_code in (401, 403):
                 raise EngineError(
                     f"sglang: /flush_cache refused the key ({resp.status_code}); a server started "

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
 
@@ -15,6 +17,8 @@ class LocalServer:
     """Serves `handler` on 127.0.0.1 from a daemon thread between __enter__ and __exit__."""
 
     def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.running = 0  # requests being generated now (what an engine's flush waits on)
+        self._running_lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -30,6 +34,17 @@ class LocalServer:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+    @contextmanager
+    def in_flight(self) -> Iterator[None]:
+        """Count one request as running while the block runs (threads serve requests at once)."""
+        with self._running_lock:
+            self.running += 1
+        try:
+            yield
+        finally:
+            with self._running_lock:
+                self.running -= 1
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -49,6 +64,19 @@ class Handler(BaseHTTPRequestHandler):
 
     def _reply(self, code: int, data: Any) -> None:
         self._send(code, json.dumps(data).encode())
+
+    def _open_stream(self) -> None:
+        """A 200 of server-sent events; the connection closes when the stream ends."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+
+    def _close_stream(self) -> None:
+        """`data: [DONE]`, the last event of SGLang's and vLLM's streams alike."""
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
+        self.close_connection = True
 
     def _event(self, obj: dict[str, Any]) -> None:
         """One server-sent event, `data: <json>`, flushed at once."""

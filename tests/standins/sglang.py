@@ -84,7 +84,6 @@ class SGLangStandIn(LocalServer):
         self.early_stop_at = early_stop_at
         self.max_tokens_cap = max_tokens_cap
         self.cache: set[tuple[Any, ...]] = set()  # (namespace, page-aligned prefix)
-        self.running = 0
         self.requests: list[dict[str, Any]] = []
         self.responses: list[dict[str, Any]] = []
         self.headers_seen: list[dict[str, str]] = []
@@ -356,11 +355,8 @@ class SGLangStandIn(LocalServer):
                 self._text(200, FLUSHED)
 
             def _generate(self, body: dict[str, Any]) -> None:
-                outer.running += 1
-                try:
+                with outer.in_flight():
                     code, out, chunks = outer.generate(body)
-                finally:
-                    outer.running -= 1
                 if code != 200 or not body.get("stream"):
                     self._reply(code, out)
                     return
@@ -368,10 +364,7 @@ class SGLangStandIn(LocalServer):
                 # data: [DONE] last. text cumulative; output_ids the delta in 0.5.4, cumulative
                 # in 0.5.23. A ValueError mid-stream becomes data: {"error": {...}}; 0.5.23 sends
                 # a scheduler abort as an ordinary chunk with finish_reason type "abort".
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Connection", "close")
-                self.end_headers()
+                self._open_stream()
                 prev = 0
                 for i, (done, meta) in enumerate(chunks):
                     if outer.error_after_tokens is not None and prev >= outer.error_after_tokens:
@@ -394,8 +387,6 @@ class SGLangStandIn(LocalServer):
                     ids = [5] * (done if outer.new else done - prev)
                     self._event({"text": "x" * done, "output_ids": ids, "meta_info": m})
                     prev = done
-                self.wfile.write(b"data: [DONE]\n\n")
-                self.wfile.flush()
-                self.close_connection = True
+                self._close_stream()
 
         return StandInHandler

@@ -59,7 +59,6 @@ class VLLMStandIn(LocalServer):
         self.step_ms, self.step_ms_per_1k_ctx = step_ms, step_ms_per_1k_ctx
         self.blocks: set[tuple[Any, ...]] = set()  # hashes of cached full blocks
         self.counters = {"drafts": 0, "draft_tokens": 0, "accepted": 0}
-        self.running = 0
         self.requests: list[dict[str, Any]] = []
         self.error_after_tokens: int | None = None  # a failure mid-stream, after the 200
         self._lock = threading.Lock()
@@ -322,11 +321,8 @@ class VLLMStandIn(LocalServer):
                     self._reply(404, {"detail": "Not Found"})
 
             def _completion(self, body: dict[str, Any]) -> None:
-                outer.running += 1
-                try:
+                with outer.in_flight():
                     code, data, chunks = outer.complete(body)
-                finally:
-                    outer.running -= 1
                 if code != 200 or not body.get("stream"):
                     self._reply(code, data)
                     return
@@ -336,10 +332,7 @@ class VLLMStandIn(LocalServer):
                 # openai/completion/serving.py completion_stream_generator l.343-626: one
                 # `data: {json}` event per delta, a usage chunk (choices []) with include_usage,
                 # `data: [DONE]` last, even after an error sent as data: {"error": {...}}.
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Connection", "close")
-                self.end_headers()
+                self._open_stream()
                 sent = 0
                 for i, k in enumerate(chunks):
                     if outer.error_after_tokens is not None and sent >= outer.error_after_tokens:
@@ -354,9 +347,7 @@ class VLLMStandIn(LocalServer):
                     if (body.get("stream_options") or {}).get("include_usage"):
                         usage = {k: v for k, v in data["usage"].items() if v is not None}
                         self._event({"id": data["id"], "choices": [], "usage": usage})
-                self.wfile.write(b"data: [DONE]\n\n")
-                self.wfile.flush()
-                self.close_connection = True
+                self._close_stream()
 
         return StandInHandler
 
