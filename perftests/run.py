@@ -324,9 +324,9 @@ class GateRun:
         return None if cfg.update or cfg.baseline is None else cfg.baseline.control
 
     def _machine_ok(self) -> bool:
-        return control.check(
-            self._stored_control(), self.readings, tolerance=self.config.machine_tolerance
-        ).ok
+        """Worth another launch: not busy (a slower machine still judges: outcome.on_slower_machine)."""
+        mc = control.check(self._stored_control(), self.readings, tolerance=self.config.machine_tolerance)
+        return mc.status != "busy"
 
     # -- concluding --------------------------------------------------------------------------
     def conclude(self) -> Outcome:
@@ -360,7 +360,8 @@ class GateRun:
             for w in control.drift(self.readings):
                 self._note(w)
         machine_ok = self.machine_check is None or self.machine_check.ok
-        if not cfg.update and not self.errors and machine_ok and self.baseline is not None:
+        not_busy = self.machine_check is None or self.machine_check.status != "busy"
+        if not cfg.update and not self.errors and not_busy and self.baseline is not None:
             self.judge()
             if self.comparisons and self.baseline is not None:
                 self.verdict = classify(list(self.comparisons.values()), self.baseline, self.shapes)

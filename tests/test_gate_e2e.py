@@ -105,6 +105,22 @@ class Gate:
         ]
         return Result(subprocess.run(cmd, capture_output=True, text=True, cwd=self.root, timeout=1200))
 
+    def judged(self, profile_dir: Path, *args: str) -> Result:
+        """A run that is to reach a verdict against gate-ref.yaml. When its machine control says
+        the machine is slower than when the baseline was made (MACHINE DIFFERS: the gate refused
+        to judge, rightly), the baseline is made again on the machine as it is now and the run
+        repeated, once. A fresh-clone CI run (2026-12-04 22:10) read the CPU matmul at 0.74x of a
+        baseline made three minutes earlier in the same session."""
+        result = self.run(profile_dir, *args)
+        rec = json.loads((self.root / f"run-{profile_dir.name}.json").read_text())
+        if "DIFFERS" in ((rec.get("outcome") or {}).get("headline") or ""):
+            print(f"{profile_dir.name}: the machine moved since the baseline; made again, run again")
+            self.created.pop("gate-ref.yaml", None)
+            made = self.baseline()
+            assert made.ret == 0, made.out[-3000:]
+            result = self.run(profile_dir, *args)
+        return result
+
     def baseline(self, name: str = "gate-ref.yaml", draft: str | None = None) -> Result:
         if name not in self.created:
             self.created[name] = self.run(
@@ -130,7 +146,7 @@ def test_create_then_unchanged_passes(gate):
     stored = (gate.root / "baselines" / "gate-ref.yaml").read_text()
     assert "launch_tps:" in stored and "control:" in stored  # launches and the machine control
     unchanged = _profile(gate.root / "base")
-    again = gate.run(unchanged)
+    again = gate.judged(unchanged)
     if again.ret != 0:
         # As PyTorch's HUD does, a failure counts when it repeats: one unchanged run may fall
         # outside a 95% interval by chance (docs/gate-validation.md); two in a row should not.
@@ -143,7 +159,7 @@ def test_f32_weights_and_twice_the_layers_are_a_uniform_regression(gate):
     # f32 alone (0.55-0.8 of the tok/s) is within what one launch can tell from the 20-30%
     # launch-to-launch swings this VM showed on 2026-12-03; with twice the layers too it is not.
     gate.baseline()
-    result = gate.run(_profile(gate.root / "f32", model="target@dtype=f32,n_layer=8"))
+    result = gate.judged(_profile(gate.root / "f32", model="target@dtype=f32,n_layer=8"))
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.out[-4000:]
     assert "verdict: UNIFORM REGRESSION" in result.out
     assert "constant" in result.out
@@ -152,7 +168,8 @@ def test_f32_weights_and_twice_the_layers_are_a_uniform_regression(gate):
 def test_quantised_kv_cache_is_a_context_dependent_regression(gate):
     gate.baseline()
     profile = _profile(gate.root / "kvq8", extra=("--cache-type-k", "q8_0", "--cache-type-v", "q8_0"))
-    result = gate.run(profile, "--perf-launches", "3")
+    result = gate.judged(profile, "--perf-launches", "3")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.out[-4000:]
     rec = json.loads((gate.root / "run-kvq8.json").read_text())
     ratio = {c["context"]: c["ratio"] for c in rec["comparisons"]}
     shape = {s["context"]: s["ratio"] for s in rec["verdict"]["shapes"]}
@@ -161,7 +178,6 @@ def test_quantised_kv_cache_is_a_context_dependent_regression(gate):
     # sweeps, 2026-12-03), and whole-machine swings of 30% between launches sit on top: the
     # per-point ratios can all pass (a CI run: 1.48 / 1.24 / 0.98). Within each launch the swing
     # cancels: the quotient at 4096 must fail, and the verdict name it.
-    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.out[-4000:]
     assert "verdict: CONTEXT-DEPENDENT REGRESSION" in result.out
     assert "the ratio worsens with context" in result.out
     assert shape[4096] < 0.8, shape

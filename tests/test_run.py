@@ -116,7 +116,7 @@ def test_inconclusive_policy_is_applied_once_for_tests_exit_and_junit(tmp_path, 
     assert ("<failure" in xml) is failed  # the JUnit writer reads the same decision
 
 
-def test_machine_that_differs_is_an_error_of_the_run_not_a_regression(tmp_path):
+def _slower_machine_run(tmp_path: Path) -> GateRun:
     ctl = ControlRange({"cpu_gflops": (40.0, 42.0, 41.0)})
     stored_baseline(tmp_path, control=ctl)
     run = make_run(tmp_path)
@@ -125,11 +125,55 @@ def test_machine_that_differs_is_an_error_of_the_run_not_a_regression(tmp_path):
         Reading("before", 0, 0.3, cpu_gflops=25.0, cpu_rcv=0.01, foreign_cpu=0.0),
         Reading("after", 0, 0.3, cpu_gflops=25.5, cpu_rcv=0.01, foreign_cpu=0.0),
     ]
+    return run
+
+
+def test_a_drop_on_a_slower_machine_is_an_error_of_the_run_not_a_regression(tmp_path):
+    run = _slower_machine_run(tmp_path)
     run.points = [point(c, t * 0.6) for c, t in CURVE.items()]  # a 40% "drop"
     o = run.conclude()
     assert o.kind is OutcomeKind.MACHINE and o.exit_code == 3
-    assert "DIFFERS" in o.headline and run.verdict is None
+    assert "DIFFERS" in o.headline
     assert any("CPU matmul GFLOP/s: 25.2 now" in line for line in o.lines)
+    # the verdict it would have had is said, not given
+    assert any("would read verdict: UNIFORM REGRESSION" in line for line in o.lines), o.lines
+    rec = RunRecord.from_dict(json.loads(json.dumps(run.record().to_dict())))
+    assert rec.outcome is not None and rec.outcome.kind is OutcomeKind.MACHINE
+    assert "<failure" not in junit.to_string([rec])  # an error of the run, not a failed test
+
+
+def test_a_pass_on_a_slower_machine_stands_and_says_the_machine(tmp_path):
+    # A slower machine makes the service look slower, never faster: figures as the baseline's
+    # measured on it are a pass (the fresh VM of 2026-12-04 was refused here with tok/s matched).
+    run = _slower_machine_run(tmp_path)
+    run.points = [point(c, t * 1.01) for c, t in CURVE.items()]
+    o = run.conclude()
+    assert o.kind is OutcomeKind.PASS and o.exit_code == 0
+    assert run.machine_check is not None and run.machine_check.status == "differs"
+    assert any("slower than the baseline's; the verdict stands" in line for line in o.lines)
+
+
+def test_an_acceptance_verdict_on_a_slower_machine_stands():
+    # Pure: acceptance is counted per verify step, so a slower machine cannot cause it.
+    from perftests.control import MachineCheck
+    from perftests.outcome import Policy, conclude
+    from perftests.verdict import CurveVerdict, Kind
+
+    slower = MachineCheck("differs", ("CPU matmul GFLOP/s: 25.2 now: OUTSIDE (slower)",))
+    for kind, code in ((Kind.ACCEPTANCE_COLLAPSE, 1), (Kind.UNIFORM, 3), (Kind.PASS, 0)):
+        verdict = CurveVerdict(kind, [])
+        o = conclude(policy=Policy(), errors=[], machine=slower, problems={}, comparisons={}, verdict=verdict)
+        assert o.exit_code == code, (kind, o)
+    busy = MachineCheck("busy", ("launch 1 (before): other processes took 60% of the CPU time",))
+    o = conclude(
+        policy=Policy(),
+        errors=[],
+        machine=busy,
+        problems={},
+        comparisons={},
+        verdict=CurveVerdict(Kind.PASS, []),
+    )
+    assert o.kind is OutcomeKind.MACHINE  # a busy machine refuses every verdict, a pass too
 
 
 def test_truncated_baseline_is_refused_before_launch_naming_the_file(tmp_path):

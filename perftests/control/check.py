@@ -80,7 +80,10 @@ class MachineCheck:
     def ok(self) -> bool:
         return self.status in ("ok", "unchecked")
 
-    def headline(self) -> str:
+    def headline(self, refused: bool = True) -> str:
+        """`refused` False: the run was judged all the same (outcome.on_slower_machine)."""
+        if self.status == "differs" and not refused:
+            return "machine control: SLOWER than the baseline's (the verdict stands, see below)"
         return {
             "ok": "machine control: as the baseline's",
             "unchecked": "machine control: unchecked",

@@ -112,7 +112,8 @@ def section(record: RunRecord, *, plot: Path | None = None, record_path: Path | 
         out += ["```", v.explanation(), "```"]
     mc = record.machine_check
     if mc is not None and record.control:
-        out.append(f"- {mc.headline()}: " + "; ".join(mc.lines))
+        refused = record.outcome is None or record.outcome.kind.value == "machine"
+        out.append(f"- {mc.headline(refused)}: " + "; ".join(mc.lines))
     for ctx, problem in sorted(record.problems.items()):
         out.append(f"- ctx={ctx}: {problem.splitlines()[0]}")
     for err in record.errors:

@@ -209,8 +209,9 @@ def summary(record: RunRecord, *, baseline_label: str | None = None) -> list[Lin
         out += [("warn", line) for line in wrap(f"WARNING: {w}")]
     mc = record.machine_check
     if mc is not None and record.control:
-        style = "" if mc.ok else "bad"
-        out.append((style, f"{mc.headline()} ({len(record.control)} readings)"))
+        refused = record.outcome is None or record.outcome.kind.value == "machine"
+        style = "" if mc.ok else ("bad" if refused else "warn")
+        out.append((style, f"{mc.headline(refused)} ({len(record.control)} readings)"))
         out += [(style, line) for x in mc.lines for line in wrap(f"  {x}")]
     judged = record.comparisons
     ja = record.judged_against
