@@ -28,6 +28,9 @@
 #   spec       a 3-launch refresh of h200-llamacpp-spec (identical draft) at 3 pairs and contexts
 #              64/1024/4096, then a blended draft (draft-mix-0.003, -0.001) and an unrelated one
 #   tiny:N     h200-llamacpp (1.1B): a 5-launch refresh of its baseline, then N A/A gate runs
+#   specfull   h200-llamacpp-spec: the stored baseline refreshed at the profile's defaults (5 launches)
+# A third lease (2026-12-05) wrote no 34-layer 7B and only the 1.1B target (L34=0
+# SMALL_MODELS=target LEASE7B_ON_FAIL=0): PLAN="setup xaa:10 tiny:10 specfull".
 #   bash scripts/gpu_validation_7b.sh summary2 DIR   (here) tables of that lease's records
 # The stages must follow each other on one warm machine (build, models, baseline in /tmp).
 # Each device stage stops starting gate runs when fewer than the seconds a run needs are left
@@ -346,7 +349,7 @@ need() {  # need SECONDS: enough time left in this stage for a run of that lengt
 }
 pack() {
   cp -f "baselines/$HW.yaml" .perftests/ 2>/dev/null
-  cp -f baselines/h200-llamacpp.yaml "$KEEP"/*-lease2.yaml .perftests/ 2>/dev/null
+  cp -f baselines/h200-llamacpp.yaml baselines/h200-llamacpp-spec.yaml "$KEEP"/*-lease2.yaml .perftests/ 2>/dev/null
   tar czf "$OUT/records-$STAGE.tar.gz" .perftests/*.json .perftests/*.yaml .perftests/logs 2>/dev/null
 }
 gate() {  # gate NAME PROFILE-DIR-OR-- ARGS...: one gate run, output appended to gates-<stage>.txt
@@ -422,14 +425,23 @@ l2_setup() {
   # Two writers (one core each) beside the build: the 7B (32 layers) then the 1.1B target and
   # its drafts; the 34-layer 7B.
   t0=$SECONDS
+  # SMALL_MODELS / L34=0 (a later lease): the 1.1B's models to write, and no 34-layer 7B (the
+  # second writer then writes the 1.1B); draft-identical is the target's own file.
+  local small=() m
+  for m in ${SMALL_MODELS-target draft-mix-0.003 draft-mix-0.001 draft-unrelated}; do small+=("$m@$M11"); done
   ( t=$SECONDS; python3 -m perftests.cli models "target@$M" && echo "models: 7B-32 $((SECONDS - t)) s"
-    t=$SECONDS
-    python3 -m perftests.cli models "target@$M11" "draft-mix-0.003@$M11" "draft-mix-0.001@$M11" \
-      "draft-unrelated@$M11" && echo "models: 1.1B target, mix 0.003, mix 0.001, unrelated $((SECONDS - t)) s"
+    if [ "${L34:-1}" = 1 ]; then
+      t=$SECONDS
+      python3 -m perftests.cli models "${small[@]}" && echo "models: 1.1B ${small[*]%%@*} $((SECONDS - t)) s"
+    fi
   ) > "$KEEP/models-a.log" 2>&1 &
   local wa=$!
-  ( t=$SECONDS; python3 -m perftests.cli models "target@${M/n_layer=32/n_layer=34}" \
-      && echo "models: 7B-34 $((SECONDS - t)) s" ) > "$KEEP/models-b.log" 2>&1 &
+  ( t=$SECONDS
+    if [ "${L34:-1}" = 1 ]; then
+      python3 -m perftests.cli models "target@${M/n_layer=32/n_layer=34}" && echo "models: 7B-34 $((SECONDS - t)) s"
+    else
+      python3 -m perftests.cli models "${small[@]}" && echo "models: 1.1B ${small[*]%%@*} $((SECONDS - t)) s"
+    fi ) > "$KEEP/models-b.log" 2>&1 &
   local wb=$!
   python3 -m perftests.cli build --cuda > /tmp/build.log 2>&1; tail -3 /tmp/build.log
   echo "build: $((SECONDS - t0)) s" | tee -a "$OUT/gates-$STAGE.txt"
@@ -465,7 +477,8 @@ l2_xaa() {  # A/A across leases against the stored baseline
   # any A/A run across leases that did not pass: the 34-layer runs are judged against a
   # refresh made on this lease instead (the stored baseline's verdicts are then re-judged
   # offline from the records)
-  if awk '$1 ~ /^xaa-/ && $2 != 0 {bad = 1} END {exit !bad}' "$KEEP/walls.txt" && [ ! -f "$LEASE7B" ]; then
+  if [ "${LEASE7B_ON_FAIL:-1}" = 1 ] && [ ! -f "$LEASE7B" ] \
+    && awk '$1 ~ /^xaa-/ && $2 != 0 {bad = 1} END {exit !bad}' "$KEEP/walls.txt"; then
     need 200 || return 1
     gate lease7b -- --hw $HW --update-baselines --perf-launches 5 --perf-baseline "$LEASE7B" \
       --reason "this lease's baseline (the stored one is from another lease): 5 launches"
@@ -513,6 +526,14 @@ l2_spec() {
     gate "spec-${d%%:*}" "/tmp/v-${d%%:*}" --hw $sp "${SPEC_ARGS[@]}" --perf-baseline "$SPEC_BASE"
   done
 }
+l2_specfull() {  # the stored speculative baseline refreshed at the profile's defaults
+  isdone specfull && return 0
+  need 260 || return 1
+  mark specfull  # once: a refresh cut by the call's end leaves the old file (atomic) and is not retaken
+  gate specfull -- --hw h200-llamacpp-spec --update-baselines \
+    --reason "launch-level refresh: identical draft, 5 launches at the profile's defaults on one H200 (the first baseline was one launch)" \
+    && cp -f baselines/h200-llamacpp-spec.yaml "$KEEP/baselines/"
+}
 l2_tiny() {  # the 1.1B: a 5-launch refresh of its stored baseline (schema 1, one launch), then A/A
   local n
   if ! isdone tiny-refresh; then
@@ -544,6 +565,7 @@ lease2() {
         && l2_ab ab-l34 --profile-dir /tmp/v-ab --ab-candidate $HW-l34 ;;
     ab-kvq8) l2_ab ab-kvq8 --ab-arg=--cache-type-k --ab-arg=q8_0 --ab-arg=--cache-type-v --ab-arg=q8_0 ;;
     spec) l2_spec ;;
+    specfull) l2_specfull ;;
     tiny:*) l2_tiny "${task#*:}" ;;
     esac
   done
