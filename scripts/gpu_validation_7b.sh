@@ -29,9 +29,10 @@
 #              64/1024/4096, then a blended draft (draft-mix-0.003, -0.001) and an unrelated one
 #   tiny:N     h200-llamacpp (1.1B): a 5-launch refresh of its baseline, then N A/A gate runs
 #   specfull   h200-llamacpp-spec: the stored baseline refreshed at the profile's defaults (5 launches)
-# A third lease (2026-12-05) wrote no 34-layer 7B and only the 1.1B target (L34=0
-# SMALL_MODELS=target LEASE7B_ON_FAIL=0): PLAN="setup xaa:10 tiny:10 specfull".
 #   bash scripts/gpu_validation_7b.sh summary2 DIR   (here) tables of that lease's records
+# A third lease (2026-12-05) wrote no 34-layer 7B and only the 1.1B target, and did not refresh
+# on this lease after a failed A/A: L34=0 SMALL_MODELS=target LEASE7B_ON_FAIL=0
+# PLAN="setup xaa:10 tiny:10 specfull".
 # The stages must follow each other on one warm machine (build, models, baseline in /tmp).
 # Each device stage stops starting gate runs when fewer than the seconds a run needs are left
 # before $STAGE_S (default 570; the device tool's limit is 600 per call).
@@ -422,26 +423,25 @@ l2_setup() {
   isdone setup && return 0
   { date -u; nvidia-smi; nvidia-smi -q -d CLOCK,POWER,PERFORMANCE,TEMPERATURE; df -h / /tmp; free -g; nproc
     lscpu | head -20; } > "$OUT/nvidia-smi.txt" 2>&1
-  # Two writers (one core each) beside the build: the 7B (32 layers) then the 1.1B target and
-  # its drafts; the 34-layer 7B.
+  # Two writers (one core each) beside the build: the 7B (32 layers), then the 1.1B's models
+  # ($SMALL_MODELS; draft-identical is the target's own file); and the 34-layer 7B. With L34=0
+  # (a later lease) the second writer writes the 1.1B's models instead.
   t0=$SECONDS
-  # SMALL_MODELS / L34=0 (a later lease): the 1.1B's models to write, and no 34-layer 7B (the
-  # second writer then writes the 1.1B); draft-identical is the target's own file.
   local small=() m
   for m in ${SMALL_MODELS-target draft-mix-0.003 draft-mix-0.001 draft-unrelated}; do small+=("$m@$M11"); done
-  ( t=$SECONDS; python3 -m perftests.cli models "target@$M" && echo "models: 7B-32 $((SECONDS - t)) s"
-    if [ "${L34:-1}" = 1 ]; then
-      t=$SECONDS
-      python3 -m perftests.cli models "${small[@]}" && echo "models: 1.1B ${small[*]%%@*} $((SECONDS - t)) s"
-    fi
+  write() {  # write LABEL SPEC...: one writer's models, timed
+    local t=$SECONDS label=$1; shift
+    python3 -m perftests.cli models "$@" && echo "models: $label $((SECONDS - t)) s"
+  }
+  ( write 7B-32 "target@$M"
+    [ "${L34:-1}" = 1 ] && write "1.1B ${small[*]%%@*}" "${small[@]}"
   ) > "$KEEP/models-a.log" 2>&1 &
   local wa=$!
-  ( t=$SECONDS
-    if [ "${L34:-1}" = 1 ]; then
-      python3 -m perftests.cli models "target@${M/n_layer=32/n_layer=34}" && echo "models: 7B-34 $((SECONDS - t)) s"
-    else
-      python3 -m perftests.cli models "${small[@]}" && echo "models: 1.1B ${small[*]%%@*} $((SECONDS - t)) s"
-    fi ) > "$KEEP/models-b.log" 2>&1 &
+  if [ "${L34:-1}" = 1 ]; then
+    write 7B-34 "target@${M/n_layer=32/n_layer=34}" > "$KEEP/models-b.log" 2>&1 &
+  else
+    write "1.1B ${small[*]%%@*}" "${small[@]}" > "$KEEP/models-b.log" 2>&1 &
+  fi
   local wb=$!
   python3 -m perftests.cli build --cuda > /tmp/build.log 2>&1; tail -3 /tmp/build.log
   echo "build: $((SECONDS - t0)) s" | tee -a "$OUT/gates-$STAGE.txt"
