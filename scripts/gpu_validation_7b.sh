@@ -32,7 +32,8 @@
 #   bash scripts/gpu_validation_7b.sh summary2 DIR   (here) tables of that lease's records
 # A third lease (2026-12-05) wrote no 34-layer 7B and only the 1.1B target, and did not refresh
 # on this lease after a failed A/A: L34=0 SMALL_MODELS=target LEASE7B_ON_FAIL=0
-# PLAN="setup xaa:10 tiny:10 specfull".
+# PLAN="setup xaa:10 tiny:10 specfull". A fourth (2026-12-05 afternoon) only the 1.1B:
+# NO7B=1 L34=0 SMALL_MODELS=target PLAN="setup tiny:10".
 # The stages must follow each other on one warm machine (build, models, baseline in /tmp).
 # Each device stage stops starting gate runs when fewer than the seconds a run needs are left
 # before $STAGE_S (default 570; the device tool's limit is 600 per call).
@@ -433,7 +434,7 @@ l2_setup() {
     local t=$SECONDS label=$1; shift
     python3 -m perftests.cli models "$@" && echo "models: $label $((SECONDS - t)) s"
   }
-  ( write 7B-32 "target@$M"
+  ( [ "${NO7B:-0}" = 1 ] || write 7B-32 "target@$M"
     [ "${L34:-1}" = 1 ] && write "1.1B ${small[*]%%@*}" "${small[@]}"
   ) > "$KEEP/models-a.log" 2>&1 &
   local wa=$!
@@ -535,17 +536,22 @@ l2_specfull() {  # the stored speculative baseline refreshed at the profile's de
     && cp -f baselines/h200-llamacpp-spec.yaml "$KEEP/baselines/"
 }
 l2_tiny() {  # the 1.1B: a 5-launch refresh of its stored baseline (schema 1, one launch), then A/A
-  local n
+  local n base=()
+  # The stored baseline is an H200's: on another card (the tool may lend an H100 for an H200)
+  # the refresh and the A/A go to a baseline of this lease's own, never over the stored one.
+  nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 \
+    || base=(--perf-baseline "$KEEP/h200-llamacpp-other-card.yaml")
   if ! isdone tiny-refresh; then
     need 200 || return 1
-    gate tiny-refresh -- --hw h200-llamacpp --update-baselines --perf-launches 5 \
+    gate tiny-refresh -- --hw h200-llamacpp --update-baselines --perf-launches 5 "${base[@]}" \
       --reason "launch-level refresh: 5 launches on one H200 (the first baseline was one launch)" \
       && cp -f baselines/h200-llamacpp.yaml "$KEEP/baselines/" && mark tiny-refresh
+    cp -f "$KEEP/h200-llamacpp-other-card.yaml" .perftests/ 2>/dev/null
   fi
   isdone tiny-refresh || return 1
   while n=$(count taa); [ "$n" -lt "$1" ]; do
     need 50 || return 1
-    gate "taa-$((n + 1))" -- --hw h200-llamacpp
+    gate "taa-$((n + 1))" -- --hw h200-llamacpp "${base[@]}"
     echo $((n + 1)) > "$KEEP/n-taa"
   done
 }
