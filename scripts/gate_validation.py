@@ -8,7 +8,8 @@ perftests` does it (fresh launches, machine control, judging, reruns, outcome):
    again, 20 s into it: the outcome must be the named machine outcome or a pass, never a
    regression;
 4. injected regressions, each a change to the served model or server (--inject, --runs each):
-   ff5 / ff10 (a wider FFN), layer (one more layer), kvq8 (q8_0 KV cache: context-dependent);
+   ff5 / ff10 (a wider FFN), layer (one more layer), kvf32 (f32 KV cache: context-dependent),
+   kvq8 (q8_0 KV cache: context-dependent on the AMD EPYC VM, faster on an Intel Xeon one);
    their real size is the ratio they measure;
 5. analysis: false alarms and the rate that can be claimed, between-launch spread per context,
    whether normalising by the machine control narrows it, the launches a 5% drop needs, wall
@@ -44,6 +45,7 @@ INJECT = {  # name: (model override, extra server args, expected verdict)
     "ff10": ("target@n_ff=1792", (), "uniform regression"),
     "layer": ("target@n_layer=5", (), "uniform regression"),
     "kvq8": (None, ("--cache-type-k", "q8_0", "--cache-type-v", "q8_0"), "context-dependent regression"),
+    "kvf32": (None, ("--cache-type-k", "f32", "--cache-type-v", "f32"), "context-dependent regression"),
 }
 
 
