@@ -14,8 +14,8 @@ The changes, as tok/s ratios to the unchanged service at 64 / 1024 / 4096 tokens
   0.62 / 0.68 / 0.65: a uniform (systemic) regression either way;
 - the KV cache in f32 instead of f16 (`--cache-type-k f32 --cache-type-v f32`): the weights are
   unchanged, attention reads twice the bytes per cached token: within each launch tok/s at 4096
-  over tok/s at 64 falls to 0.60 of the unchanged service's on the Intel Xeon CI VM (2026-12-06:
-  0.785 / 0.47 at 64 / 4096 tokens) and to 0.60 on a 2-core AMD EPYC VM the same day:
+  over tok/s at 64 falls to 0.60 of the unchanged service's on the Intel Xeon CI VM (2026-12-05:
+  0.785 / 0.47 at 64 / 4096 tokens) and to 0.60 on a 2-core AMD EPYC VM (2026-12-06):
   context-dependent, the kind of change a KV-cache dtype or attention-backend regression is.
   (A q8_0 cache, used here before, is not a regression on every CPU: on the EPYC VM it cost
   0.97 / 0.77 / 0.29, on the Xeon VM it ran 1.25 / 1.7 / 1.9x *faster*, and the gate rightly
@@ -180,7 +180,7 @@ def test_f32_kv_cache_is_a_context_dependent_regression(gate):
     shape = {s["context"]: s["ratio"] for s in rec["verdict"]["shapes"]}
     print(f"kvf32: ratios {ratio}, within-launch quotients {shape}")
     # Twice the KV bytes costs more where more is cached: the quotient at 4096 was 0.60 of the
-    # unchanged service's on both CI CPUs (alternating sweeps, 2026-12-06), while the level at 64
+    # unchanged service's on both CI CPUs (alternating sweeps, 2026-12-05/06), while the level at 64
     # tokens swings with the machine (0.4-0.8). Within each launch the swing cancels: the
     # quotient at 4096 must fail, and the verdict name it.
     assert "verdict: CONTEXT-DEPENDENT REGRESSION" in result.out
