@@ -422,6 +422,7 @@ variant2() {  # variant2 DIR PROFILE SED-EXPR CHECK [NEW-NAME]: a copy of PROFIL
   sed "${e[@]/#/-e}" "perftests/profiles/$2.yaml" > "$1/${5:-$2}.yaml"
   grep -q -- "$4" "$1/${5:-$2}.yaml" || { echo "variant $1: change not applied" >&2; return 1; }
 }
+onh200() { nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; }
 l2_setup() {
   isdone setup && return 0
   { date -u; nvidia-smi; nvidia-smi -q -d CLOCK,POWER,PERFORMANCE,TEMPERATURE; df -h / /tmp; free -g; nproc
@@ -472,6 +473,8 @@ print(json.dumps({"bytes_moved": 8 * n, "median_ms": ms, "tb_per_s": 8 * n / ms 
 }
 l2_xaa() {  # A/A across leases against the stored baseline
   local n
+  # the stored baseline is an H200's: another card is a different machine, an error of every run
+  onh200 || { echo "xaa: not an H200, skipped" | tee -a "$OUT/gates-$STAGE.txt"; return 0; }
   while n=$(count xaa); [ "$n" -lt "$1" ]; do
     need "$(wall7b)" || return 1
     gate "xaa-$((n + 1))" -- --hw $HW
@@ -531,6 +534,7 @@ l2_spec() {
 }
 l2_specfull() {  # the stored speculative baseline refreshed at the profile's defaults
   isdone specfull && return 0
+  onh200 || { echo "specfull: not an H200, skipped" | tee -a "$OUT/gates-$STAGE.txt"; return 0; }
   need 260 || return 1
   mark specfull  # once: a refresh cut by the call's end leaves the old file (atomic) and is not retaken
   gate specfull -- --hw h200-llamacpp-spec --update-baselines \
@@ -541,11 +545,10 @@ l2_tiny() {  # the 1.1B: a 5-launch refresh of its stored baseline (schema 1, on
   local n base=()
   # The stored baseline is an H200's: on another card (the tool may lend an H100 for an H200)
   # the refresh and the A/A go to a baseline of this lease's own, never over the stored one.
-  nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 \
-    || base=(--perf-baseline "$KEEP/h200-llamacpp-other-card.yaml")
+  onh200 || base=(--perf-baseline "$KEEP/h200-llamacpp-other-card.yaml")
   # TINY_REFRESH=0 (a later lease): the stored baseline is already launch-level; the A/A runs
   # judge this lease's service against it, as a gate run on another day would.
-  [ "${TINY_REFRESH:-1}" = 0 ] && mark tiny-refresh
+  [ "${TINY_REFRESH:-1}" = 0 ] && onh200 && mark tiny-refresh
   if ! isdone tiny-refresh; then
     need 280 || return 1  # 5 launches took 212-260 s (2026-12-06), one retake after a busy launch
     gate tiny-refresh -- --hw h200-llamacpp --update-baselines --perf-launches 5 "${base[@]}" \
