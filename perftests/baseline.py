@@ -6,11 +6,13 @@ whole file, never a mix. Reads validate every value and name the file and field 
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import math
 import os
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +21,7 @@ import yaml
 
 from perftests.control import ControlRange
 from perftests.errors import ConfigError
-from perftests.estimate import estimates, log_sd
+from perftests.estimate import estimates, geomean, log_sd
 from perftests.machine import hardware_key
 from perftests.scaling import ScalingModel, fit_curve, split_band
 
@@ -40,15 +42,67 @@ class BaselinePoint:
     acceptance_length: float | None = None
     step_ms: float | None = None
     launch_tps: tuple[float, ...] = ()  # each launch's median; empty in a one-launch /1 file
+    # The session (one refresh: one machine, one day) of each launch, in a baseline pooled over
+    # several refreshes (--perf-pool-sessions); empty: all launches are one session.
+    launch_session: tuple[int, ...] = ()
 
     @property
     def launches(self) -> int:
         return max(1, len(self.launch_tps))
 
+    def groups(self) -> list[tuple[float, ...]]:
+        """The launch medians per session, oldest session first."""
+        if not self.launch_session:
+            return [self.launch_tps] if self.launch_tps else [(self.tps,)]
+        out: dict[int, list[float]] = {}
+        for s, x in zip(self.launch_session, self.launch_tps, strict=True):
+            out.setdefault(s, []).append(x)
+        return [tuple(out[s]) for s in sorted(out)]
+
+    @property
+    def sessions(self) -> int:
+        return len(self.groups())
+
+    @property
+    def launch_df(self) -> int:
+        """Degrees of freedom of `launch_sd`: launches less one per session."""
+        return sum(len(g) - 1 for g in self.groups())
+
     @property
     def launch_sd(self) -> float | None:
-        """Spread between the launches' medians (sd of their logs); None with one launch."""
-        return log_sd(self.launch_tps)
+        """Spread between the launches' medians (sd of their logs) within a session, pooled over
+        the sessions; None with no session of two launches."""
+        if self.sessions == 1:
+            return log_sd(self.launch_tps)
+        df = self.launch_df
+        if df == 0:
+            return None
+        ss = 0.0
+        for g in self.groups():
+            logs = [math.log(x) for x in g]
+            mean = sum(logs) / len(logs)
+            ss += sum((x - mean) ** 2 for x in logs)
+        return math.sqrt(ss / df)
+
+    @property
+    def session_sd(self) -> float | None:
+        """Spread between sessions beyond what their launches' own spread explains: the sd of
+        the session means' logs less the within-session part (one-way random effects, method of
+        moments, floored at zero); None with one session."""
+        groups = self.groups()
+        if len(groups) < 2:
+            return None
+        means = [sum(math.log(x) for x in g) / len(g) for g in groups]
+        mu = sum(means) / len(means)
+        var_means = sum((m - mu) ** 2 for m in means) / (len(means) - 1)
+        within = (self.launch_sd or 0.0) ** 2 * self.inv_launches
+        return math.sqrt(max(var_means - within, 0.0))
+
+    @property
+    def inv_launches(self) -> float:
+        """Mean over the sessions of 1 / their launches (what a session mean's launch noise is)."""
+        groups = self.groups()
+        return sum(1 / len(g) for g in groups) / len(groups)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -59,6 +113,8 @@ class BaselinePoint:
         }
         if self.launch_tps:
             d["launch_tps"] = [round(x, 3) for x in self.launch_tps]
+        if self.launch_session and self.sessions > 1:
+            d["launch_session"] = list(self.launch_session)
         if self.acceptance_length is not None:
             d["acceptance_length"] = round(self.acceptance_length, 4)
         if self.step_ms is not None:
@@ -79,10 +135,17 @@ class Baseline:
     provisional: bool = False
     path: Path | None = None
     control: ControlRange | None = None  # the machine control over the baseline's launches
+    # One entry per pooled session (created, commit, machine, launches), oldest first; empty
+    # for a baseline of one session (the file's own created / provenance say it).
+    sessions: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def launches(self) -> int:
         return max((p.launches for p in self.points), default=1)
+
+    @property
+    def session_count(self) -> int:
+        return max((p.sessions for p in self.points), default=1)
 
     def point(self, ctx: int) -> BaselinePoint | None:
         return next((p for p in self.points if p.context == ctx), None)
@@ -112,6 +175,7 @@ class Baseline:
                 k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.model.to_dict().items()
             },
             "control": self.control.to_dict() if self.control else None,
+            **({"sessions": self.sessions} if self.sessions else {}),
             "history": self.history,
         }
 
@@ -191,6 +255,103 @@ def from_record(record: RunRecord, *, reason: str, previous: Baseline | None = N
         settings=settings,
         history=history[:HISTORY_KEEP],
         control=ControlRange.of(record.control) if record.control else None,
+    )
+
+
+# -- pooling sessions ----------------------------------------------------------------------
+
+POOLED_SETTINGS = ("short_tokens", "long_tokens", "repeats", "cache_mode", "prompt_mode")
+
+
+def pool_problems(
+    previous: Baseline,
+    *,
+    settings: dict[str, Any],
+    contexts: Sequence[int],
+    engine: str | None,
+    launch_argv: Sequence[str] | None,
+) -> list[str]:
+    """Why `previous`'s launches cannot be pooled with a run measured as given: pooled launches
+    must be the same service measured the same way, only on another machine or day."""
+    out = []
+    if previous.provisional or previous.provenance.get("imported"):
+        out.append("it is provisional or imported, not launches measured by this tool")
+    if previous.provenance.get("engine") != engine:
+        out.append(f"engine {previous.provenance.get('engine')!r}, this run {engine!r}")
+    theirs = previous.provenance.get("launch_argv")
+    if launch_argv is None or theirs is None or list(theirs) != list(launch_argv):
+        out.append("its launch argv is not this profile's (a different or attached service)")
+    for k in POOLED_SETTINGS:
+        if previous.settings.get(k) != settings.get(k):
+            out.append(f"settings.{k} {previous.settings.get(k)!r}, this run {settings.get(k)!r}")
+    if sorted(previous.contexts) != sorted(contexts):
+        out.append(
+            f"contexts {', '.join(map(str, previous.contexts))}, this run "
+            f"{', '.join(map(str, sorted(contexts)))}"
+        )
+    return out
+
+
+def _session_entry(b: Baseline) -> dict[str, Any]:
+    machine = b.provenance.get("machine") or {}
+    return {
+        "created": b.created,
+        "commit": b.provenance.get("commit"),
+        "hostname": machine.get("hostname"),
+        "gpus": [g.get("name") for g in machine.get("gpus") or []],
+        "launches": b.launches,
+        "reason": b.reason,
+        "control": b.control.to_dict() if b.control else None,
+    }
+
+
+def pool(new: Baseline, previous: Baseline, *, keep: int) -> Baseline:
+    """`new` (one refresh's launches) with `previous`'s sessions before it, the oldest dropped
+    beyond `keep` sessions in all. Each point's figure is the geometric mean of the sessions'
+    means, each session weighing the same, so one long refresh does not outweigh the others."""
+    problems = pool_problems(
+        previous,
+        settings=new.settings,
+        contexts=new.contexts,
+        engine=new.provenance.get("engine"),
+        launch_argv=new.provenance.get("launch_argv"),
+    )
+    for k in ("engine_version", "model"):
+        if previous.provenance.get(k) != new.provenance.get(k):
+            problems.append(f"{k} {previous.provenance.get(k)!r}, this run {new.provenance.get(k)!r}")
+    if problems:
+        raise ConfigError(
+            f"cannot pool this refresh with {previous.path or 'the stored baseline'}: "
+            + "; ".join(problems)
+            + " (refresh without --perf-pool-sessions to replace it)"
+        )
+    old_sessions = previous.sessions or [_session_entry(previous)]
+    drop = max(0, len(old_sessions) + 1 - keep)
+    sessions = [*old_sessions[drop:], _session_entry(new)]
+    points = []
+    for p in new.points:
+        o = previous.point(p.context)
+        assert o is not None  # pool_problems checked the contexts
+        groups = [*o.groups()[drop:], p.launch_tps or (p.tps,)]
+        points.append(
+            dataclasses.replace(
+                p,
+                tps=geomean([geomean(g) for g in groups]),
+                n=p.n + o.n,
+                launch_tps=tuple(x for g in groups for x in g),
+                launch_session=tuple(i for i, g in enumerate(groups) for _ in g),
+            )
+        )
+    controls = [ControlRange.from_dict(s["control"]) for s in sessions if isinstance(s.get("control"), dict)]
+    model = fit_curve(
+        [p.context for p in points], [p.tps for p in points], [p.acceptance_length for p in points]
+    )
+    return dataclasses.replace(
+        new,
+        points=points,
+        model=model,
+        control=ControlRange.merged(controls) if controls else new.control,
+        sessions=sessions,
     )
 
 
@@ -329,6 +490,16 @@ def from_dict(d: Any, path: Path | str) -> Baseline:
             isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in launch_tps
         ):
             raise ConfigError(f"{path}: field '{where}.launch_tps': expected a list of positive numbers")
+        launch_session = p.get("launch_session") or []
+        if (
+            not isinstance(launch_session, list)
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in launch_session)
+            or (launch_session and len(launch_session) != len(launch_tps))
+        ):
+            raise ConfigError(
+                f"{path}: field '{where}.launch_session': expected a session index (0, 1, ...) "
+                "for each of launch_tps"
+            )
         tps, mad = _num(path, p, "tps", where), _num(path, p, "tps_mad", where, positive=False)
         assert tps is not None and mad is not None  # required fields: _num raised otherwise
         points.append(
@@ -340,6 +511,7 @@ def from_dict(d: Any, path: Path | str) -> Baseline:
                 _num(path, p, "acceptance_length", where, optional=True),
                 _num(path, p, "step_ms", where, optional=True),
                 tuple(float(x) for x in launch_tps),
+                tuple(launch_session),
             )
         )
     if len({p.context for p in points}) != len(points):
@@ -363,6 +535,21 @@ def from_dict(d: Any, path: Path | str) -> Baseline:
             control = ControlRange.from_dict(d["control"])
         except ValueError as e:
             raise ConfigError(f"{path}: field 'control': {e}") from None
+    sessions = d.get("sessions") or []
+    if not isinstance(sessions, list) or not all(isinstance(x, dict) for x in sessions):
+        raise ConfigError(f"{path}: field 'sessions': expected a list of mappings")
+    used = {i for p in points for i in p.launch_session}
+    if used and (len(sessions) != len(used) or used != set(range(len(sessions)))):
+        raise ConfigError(
+            f"{path}: field 'sessions': {len(sessions)} entries, but the points' launch_session "
+            f"name sessions {sorted(used)}"
+        )
+    for i, x in enumerate(sessions):
+        if x.get("control") is not None:
+            try:
+                ControlRange.from_dict(x["control"])
+            except (ValueError, AttributeError) as e:
+                raise ConfigError(f"{path}: field 'sessions[{i}].control': {e}") from None
     return Baseline(
         hardware=str(d.get("hardware")),
         points=sorted(points, key=lambda p: p.context),
@@ -374,6 +561,7 @@ def from_dict(d: Any, path: Path | str) -> Baseline:
         history=d.get("history") or [],
         provisional=bool(d.get("provisional")),
         control=control,
+        sessions=sessions,
     )
 
 
@@ -436,6 +624,14 @@ def diff_table(old: Baseline | None, new: Baseline) -> str:
         lines.append(f"{p.context:>8} {old_tps:>10} {p.tps:>10.1f} {change:>8} {p.launches:>9} {spread:>14}")
     for ctx in sorted(set(old_pts) - {p.context for p in new.points}):
         lines.append(f"{ctx:>8} {old_pts[ctx].tps:>10.1f} {'-':>10} {'dropped':>8}")
+    if new.session_count > 1:
+        sds = ", ".join(f"{p.context}: {p.session_sd:.1%}" for p in new.points if p.session_sd is not None)
+        lines.append(
+            f"pooled: {new.session_count} sessions ("
+            + ", ".join(str(x.get("created", "?"))[:10] for x in new.sessions)
+            + f"), each weighing the same; launch spread is within a session; "
+            f"between sessions beyond it: {sds}"
+        )
     m = new.model
     lines.append(
         f"model: {m.kind} = {m.a_ms:.3f} + {m.b_ms_per_token * 1000:.4f}/1k * ctx "

@@ -148,18 +148,35 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from perftests.shape import compare_shapes, shape_tests
     from perftests.verdict import classify
 
-    a, b = RunRecord.read(Path(args.a)), RunRecord.read(Path(args.b))
-    try:
-        base = bl.from_record(a, reason=f"run record {args.a}")
-    except ConfigError as e:
-        raise ConfigError(f"{args.a}: cannot serve as the reference: {e}") from None
+    if Path(args.a).suffix in (".yaml", ".yml"):
+        # A stored baseline (a pooled one included) judges B as the gate would have.
+        try:
+            base = bl.load(Path(args.a))
+        except FileNotFoundError:
+            raise ConfigError(f"{args.a}: no such baseline file") from None
+        a_profile, a_settings = base.hardware, base.settings
+        a_line = (
+            f"A: {args.a}  baseline of {base.hardware} ({base.provenance.get('engine')}) "
+            f"{base.created} commit {(base.provenance.get('commit') or 'unknown')[:12]}, "
+            f"{base.launches} launches in {base.session_count} session(s)"
+        )
+    else:
+        a = RunRecord.read(Path(args.a))
+        try:
+            base = bl.from_record(a, reason=f"run record {args.a}")
+        except ConfigError as e:
+            raise ConfigError(f"{args.a}: cannot serve as the reference: {e}") from None
+        a_profile, a_settings = a.profile, a.settings
+        a_line = f"A: {args.a}  {a.profile} ({a.engine}) {a.created} commit {(a.commit or 'unknown')[:12]}"
+    b = RunRecord.read(Path(args.b))
     tol, noise = args.tolerance, 0.05
     shape_noise: float | None = None
+    session_noise: float | None = None
     try:
         d = profiles.load(
             b.profile, [Path(x) for x in [*args.top_profile_dir, *(args.profile_dir or [])]]
         ).defaults
-        noise, shape_noise = d.launch_noise, d.shape_noise
+        noise, shape_noise, session_noise = d.launch_noise, d.shape_noise, d.session_noise
         tol = d.tolerance if tol is None else tol
     except ConfigError:
         if tol is None:
@@ -170,17 +187,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
             )
     if not 0 < tol < 1:
         raise ConfigError(f"--tolerance: expected a fraction between 0 and 1, got {tol}")
-    print(f"A: {args.a}  {a.profile} ({a.engine}) {a.created} commit {(a.commit or 'unknown')[:12]}")
+    print(a_line)
     print(f"B: {args.b}  {b.profile} ({b.engine}) {b.created} commit {(b.commit or 'unknown')[:12]}")
     notes = []
-    if a.profile != b.profile:
-        notes.append(f"the runs are of different profiles ({a.profile} vs {b.profile})")
+    if a_profile != b.profile:
+        notes.append(f"the runs are of different profiles ({a_profile} vs {b.profile})")
     diffs = base.fingerprint_differences(b.machine)
     if diffs:
         notes.append("the runs are of different machines: " + "; ".join(diffs))
     for key in ("short_tokens", "long_tokens", "cache_mode", "prompt_mode"):
-        if a.settings.get(key) != b.settings.get(key):
-            notes.append(f"{key} differs: {a.settings.get(key)} vs {b.settings.get(key)}")
+        if a_settings.get(key) != b.settings.get(key):
+            notes.append(f"{key} differs: {a_settings.get(key)} vs {b.settings.get(key)}")
     comps = []
     ests = b.estimates()
     contexts = sorted({p.context for p in b.points})
@@ -189,7 +206,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if ctx not in ests:
             notes.append(f"ctx={ctx}: no valid pair in B")
             continue
-        comps.append(compare_point(base, ests[ctx], tol, launch_noise_prior=noise, family=family))
+        comps.append(
+            compare_point(
+                base,
+                ests[ctx],
+                tol,
+                launch_noise_prior=noise,
+                family=family,
+                session_noise_prior=session_noise,
+            )
+        )
     if not comps:
         raise ConfigError(f"{args.b}: no valid point to compare")
     shapes = compare_shapes(
@@ -298,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser(
         "compare", help="compare run B with run A (A as the baseline): per-point ratios and the verdict of B"
     )
-    c.add_argument("a", help="run record A (the reference), a JSON file")
+    c.add_argument("a", help="A, the reference: a run record (JSON) or a baseline file (YAML)")
     c.add_argument("b", help="run record B (judged against A)")
     c.add_argument("--tolerance", type=float, help="allowed relative drop (default: B's profile's)")
     c.add_argument(

@@ -12,6 +12,14 @@ which counts as PRIOR_DF degrees of freedom (the conjugate scaled-inverse-chi-sq
 few launches cannot claim a tiny spread by luck, many launches outweigh the profile's figure.
 The interval uses Student's t with the pooled degrees of freedom (scipy.stats.t).
 
+A baseline pooled over S sessions (refreshes on other machines or days) knows one more term: a
+session's mean moves by `sb` beyond its launches' spread, and the run is one more session. The
+baseline's figure is the mean of its sessions' means, so
+se^2 = sb^2 (1 + 1/S) + sd^2 (1/k + mean(1/K_i) / S), where `sd` is the within-session launch
+spread and `sb` is pooled with the profile's `session_noise` as `sd` is with `launch_noise`; the
+degrees of freedom are Welch-Satterthwaite's. A baseline of one session cannot see `sb`: the
+tolerance has to hold it (the profiles' comments give what was measured between leases).
+
 A run judges m context points at once, so each interval is at confidence 1 - 0.05/m
 (Bonferroni): the chance that an unchanged service fails *any* point by chance stays under 5%
 two-sided (2.5% for the drop side), not 5% per point. In attach mode the run's rounds share one
@@ -33,7 +41,9 @@ PRIOR_DF = 4.0  # weight of the profile's launch_noise, in degrees of freedom
 ALPHA = 0.05  # two-sided, for the whole run (Bonferroni over its points)
 
 Status = Literal["pass", "fail", "inconclusive", "improved"]
-NoiseSource = Literal["launches", "profile", "pairs"]  # pairs: an A/B's paired launches
+# pairs: an A/B's paired launches; sessions: a baseline pooled over several refreshes, whose
+# between-session spread is in the interval beside the launches'
+NoiseSource = Literal["launches", "profile", "pairs", "sessions"]
 
 
 @dataclass(frozen=True)
@@ -93,6 +103,8 @@ class PointComparison:
     family: int = 1  # points judged together in the run (the Bonferroni divisor)
     band_low: float | None = None  # a provisional curve's band at this context (tok/s)
     band_high: float | None = None
+    baseline_sessions: int = 1
+    session_sd: float | None = None  # between-session noise used (a pooled baseline only)
 
     @property
     def detectable_drop(self) -> float:
@@ -110,11 +122,18 @@ class PointComparison:
                 f"tolerance -{self.tolerance:.0%}, detectable drop {self.detectable_drop:.1%}: "
                 f"{self.status.upper()}"
             )
-        noise = (
-            f"launch noise {self.noise_sd:.1%} from "
-            + ("the launches" if self.noise_source == "launches" else "the profile (assumed)")
-            + f", {level}"
-        )
+        if self.noise_source == "sessions":
+            noise = (
+                f"launch noise {self.noise_sd:.1%} within a session and session noise "
+                f"{self.session_sd or 0:.1%} over the baseline's {self.baseline_sessions} "
+                f"sessions, {level}"
+            )
+        else:
+            noise = (
+                f"launch noise {self.noise_sd:.1%} from "
+                + ("the launches" if self.noise_source == "launches" else "the profile (assumed)")
+                + f", {level}"
+            )
         if self.band_low is not None and self.band_high is not None:
             src += (
                 f" (PROVISIONAL: {self.band_low:.1f}..{self.band_high:.1f} over the cost splits "
@@ -144,27 +163,58 @@ def judge(ratio: float, low: float, high: float, tolerance: float) -> Status:
     return "pass"
 
 
+def session_se(
+    within: Noise, between: Noise, *, sessions: int, inv_launches: float, k: int
+) -> tuple[float, float]:
+    """(se of the log ratio, its Welch-Satterthwaite degrees of freedom) of a run of k launches
+    against a baseline pooled over `sessions` sessions (see the module's docstring)."""
+    a = between.sd**2 * (1 + 1 / sessions)
+    c = within.sd**2 * (1 / k + inv_launches / sessions)
+    df = (a + c) ** 2 / (a * a / between.df + c * c / within.df)
+    return math.sqrt(a + c), df
+
+
 def compare_point(
-    baseline: Baseline, est: Estimate, tolerance: float, *, launch_noise_prior: float, family: int = 1
+    baseline: Baseline,
+    est: Estimate,
+    tolerance: float,
+    *,
+    launch_noise_prior: float,
+    family: int = 1,
+    session_noise_prior: float | None = None,
 ) -> PointComparison:
-    """Judge `est` against `baseline` at its context (a baseline point, or the fitted model)."""
+    """Judge `est` against `baseline` at its context (a baseline point, or the fitted model).
+    `session_noise_prior` (default: `launch_noise_prior`) weighs in only where the baseline
+    pools several sessions."""
     ctx = est.context
     bp = baseline.point(ctx)
     k = 1 if est.rounds else est.launches
     source: Literal["baseline", "model"]
+    session_sd: float | None = None
     if bp is not None:
         expected, source = bp.tps, "baseline"
         K = bp.launches
-        noise = launch_noise([(bp.launch_sd, K)] if bp.launch_sd is not None else [], est, launch_noise_prior)
-        # A one-launch baseline's own within-launch error is part of its launch noise already.
-        se = noise.sd * math.sqrt(1 / k + 1 / K)
+        sd_w = bp.launch_sd
+        noise = launch_noise([(sd_w, bp.launch_df + 1)] if sd_w is not None else [], est, launch_noise_prior)
+        if bp.sessions >= 2:
+            sb = bp.session_sd
+            between = pooled_noise(
+                [(sb, bp.sessions)] if sb is not None else [],
+                launch_noise_prior if session_noise_prior is None else session_noise_prior,
+            )
+            se, df = session_se(noise, between, sessions=bp.sessions, inv_launches=bp.inv_launches, k=k)
+            noise = Noise(noise.sd, df, "sessions")
+            session_sd = between.sd
+        else:
+            # A one-launch baseline's own within-launch error is part of its launch noise already.
+            se = noise.sd * math.sqrt(1 / k + 1 / K)
         exp_acc, exp_step = bp.acceptance_length, bp.step_ms
     else:
         model = baseline.model
         expected, source = model.tps(ctx), "model"
         K = max((p.launches for p in baseline.points), default=1)
         noise = launch_noise(
-            [(p.launch_sd, p.launches) for p in baseline.points if p.launch_sd is not None],
+            [(p.launch_sd, p.launch_df + 1) for p in baseline.points if p.launch_sd is not None],
             est,
             launch_noise_prior,
         )
@@ -205,6 +255,8 @@ def compare_point(
         family=family,
         band_low=band[0] if band else None,
         band_high=band[1] if band else None,
+        baseline_sessions=bp.sessions if bp is not None else 1,
+        session_sd=session_sd,
     )
 
 
@@ -247,4 +299,5 @@ __all__ = [
     "launches_needed",
     "pooled_noise",
     "se_log_median",
+    "session_se",
 ]

@@ -67,6 +67,8 @@ class RunConfig:
     target: str = ""  # label of this service when a run measures several
     warnings: tuple[str, ...] = field(default_factory=tuple)
     shape_noise: float = 0.05  # prior sd of a within-launch quotient (profiles.GateDefaults)
+    pool_sessions: int = 1  # sessions a refresh keeps, itself included (1: replace)
+    session_noise: float = 0.05  # prior between-session sd beside a pooled baseline's
 
     @property
     def attached(self) -> bool:
@@ -209,6 +211,26 @@ def resolve(
         raise ConfigError(missing_baseline(profile, path))
     if stored is not None and not update:
         warnings += _check_against(stored, path, settings, d.fingerprint_mismatch)
+    pool = _nonneg(v, "pool_sessions", "--perf-pool-sessions", d.pool_sessions, positive=True)
+    if v.get("pool_sessions") is not None and not update:
+        raise ConfigError("--perf-pool-sessions: only with --update-baselines (it says what a refresh keeps)")
+    if update and pool > 1 and stored is not None:
+        # Checked now, not after the launches: a refresh that could not be pooled is refused
+        # before anything is measured.
+        launch = profile.service.launch
+        problems = bl.pool_problems(
+            stored,
+            settings=settings.to_dict(),
+            contexts=settings.contexts,
+            engine=profile.service.engine,
+            launch_argv=list(launch.argv) if launch and not attached else None,
+        )
+        if problems:
+            raise ConfigError(
+                f"--perf-pool-sessions {pool}: cannot pool with {path}: "
+                + "; ".join(problems)
+                + " (refresh with --perf-pool-sessions 1 to replace it)"
+            )
     cfg = RunConfig(
         profile=profile,
         settings=settings,
@@ -229,6 +251,8 @@ def resolve(
         api_key_env=v.get("api_key_env"),
         log_dir=Path(v.get("log_dir") or ".perftests/logs"),
         warnings=tuple(warnings),
+        pool_sessions=pool if update else 1,
+        session_noise=d.session_noise if d.session_noise is not None else d.launch_noise,
     )
     return cfg
 

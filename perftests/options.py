@@ -146,6 +146,16 @@ OPTIONS: tuple[Option, ...] = (
         pytest_aliases=("--update-baselines",),
     ),
     Option(
+        "pool-sessions",
+        "with --update-baselines: keep the stored baseline's launches as earlier sessions, N "
+        "sessions in all with this one (oldest dropped), so its intervals know how far the "
+        "unchanged service moves between machines and days (default: the profile's "
+        "pool_sessions; 1 replaces the curve)",
+        _g("judge"),
+        type=int,
+        metavar="N",
+    ),
+    Option(
         "reason",
         "why the baseline changes; recorded in the file's history",
         _g("judge"),

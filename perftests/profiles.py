@@ -62,6 +62,12 @@ class GateDefaults:
     # None: launch_noise (the uniform part of the swing cancels, so this is an upper bound).
     shape_noise: float | None = None
     machine_tolerance: float = 0.15  # how far the machine control may sit outside the baseline's
+    # Sessions (refreshes) a baseline refresh keeps, this one included: 1 replaces the stored
+    # curve; more keep its launches as earlier sessions (machines, days) beside this one's.
+    pool_sessions: int = 1
+    # Between-session sd of log tok/s assumed beside a pooled baseline's measured one; None:
+    # launch_noise.
+    session_noise: float | None = None
     control: bool = True  # run the machine control before and after each launch
 
 
@@ -252,6 +258,8 @@ def parse_file(path: Path) -> Profile:
             "shape_noise",
             "machine_tolerance",
             "control",
+            "pool_sessions",
+            "session_noise",
         },
     )
 
@@ -326,6 +334,8 @@ def parse_file(path: Path) -> Profile:
         shape_noise=_fraction(doc, "defaults.shape_noise", None),
         machine_tolerance=_fraction(doc, "defaults.machine_tolerance", 0.15),
         control=doc.get("defaults.control", bool, True),
+        pool_sessions=doc.get("defaults.pool_sessions", int, 1, positive=True),
+        session_noise=_fraction(doc, "defaults.session_noise", None),
     )
     if defaults.reruns < 0 or defaults.warmup < 0:
         raise doc.error(

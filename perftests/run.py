@@ -279,6 +279,7 @@ class GateRun:
                 cfg.tolerance,
                 launch_noise_prior=cfg.launch_noise,
                 family=family,
+                session_noise_prior=cfg.session_noise,
             )
             out[ctx] = c
             if self.comparisons.get(ctx) != c:
@@ -398,6 +399,8 @@ class GateRun:
         except FileNotFoundError:
             pass
         new = bl.from_record(self.record(), reason=cfg.reason or "", previous=old)
+        if cfg.pool_sessions > 1 and old is not None:
+            new = bl.pool(new, old, keep=cfg.pool_sessions)
         bl.save(new, cfg.baseline_path)
         self.refresh_table = bl.diff_table(old, new)
         return self.refresh_table
@@ -413,6 +416,8 @@ class GateRun:
             "tolerance": cfg.tolerance,
             "inconclusive": cfg.policy.inconclusive,
             "launch_noise": cfg.launch_noise,
+            "session_noise": cfg.session_noise,
+            "pool_sessions": cfg.pool_sessions,
             "shape_noise": cfg.shape_noise,
             "update": cfg.update,
             "launch_argv": list(launch.argv) if launch and not cfg.attached else None,

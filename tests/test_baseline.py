@@ -3,6 +3,7 @@ under concurrency, provisional curves, and points the baseline never measured.""
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -198,3 +199,106 @@ def test_history_keeps_the_previous_curve(tmp_path):
     bad.errors.append("service died")
     with pytest.raises(ConfigError, match="run with errors"):
         bl.from_record(bad, reason="x")
+
+
+# -- a baseline pooled over sessions (refreshes on other machines or days) ------------------
+
+
+def session(level: float, created: str, *, sd: float = 0.01, k: int = 5) -> bl.Baseline:
+    """One refresh's baseline: k launches of spread `sd` around `level` times a fixed curve."""
+    b = make_baseline({64: 100 * level, 1024: 90 * level, 4096: 70 * level}, launch_sd=sd, launches=k)
+    b.created = created
+    b.provenance = {
+        "engine": "llamacpp",
+        "engine_version": "b11434",
+        "model": "target.gguf",
+        "launch_argv": ["{llama_server}", "--model", "{model:target}"],
+        "commit": created,
+    }
+    b.settings = {
+        "short_tokens": 8,
+        "long_tokens": 264,
+        "repeats": 5,
+        "cache_mode": "warm",
+        "prompt_mode": "corpus",
+    }
+    return b
+
+
+def test_a_pooled_baseline_weighs_each_session_the_same_and_round_trips(tmp_path):
+    a, b = session(1.00, "2026-12-01", k=5), session(0.96, "2026-12-02", k=3)
+    pooled = bl.pool(b, a, keep=3)
+    p = pooled.point(64)
+    assert (p.sessions, p.launches, pooled.session_count) == (2, 8, 2)
+    # each session's launches are symmetric around its level: the figure is the mean of the two
+    # sessions' means, not of the eight launches (which would lean to the 5-launch session)
+    assert p.tps == pytest.approx(100 * math.sqrt(0.96), rel=1e-9)
+    assert p.launch_sd == pytest.approx(0.01, rel=1e-6)  # within a session, pooled
+    within = 0.01**2 * (1 / 5 + 1 / 3) / 2
+    assert p.session_sd == pytest.approx(math.sqrt(math.log(0.96) ** 2 / 2 - within), rel=1e-6)
+    path = tmp_path / "pooled.yaml"
+    bl.save(pooled, path)
+    back = bl.load(path)
+    assert back.point(64).launch_session == (0,) * 5 + (1,) * 3
+    assert back.point(64).session_sd == pytest.approx(p.session_sd, rel=1e-4)
+    assert [s["created"] for s in back.sessions] == ["2026-12-01", "2026-12-02"]
+    assert "pooled: 2 sessions" in bl.diff_table(a, pooled)
+    # a third refresh with keep=2 drops the oldest session
+    third = bl.pool(session(1.02, "2026-12-03", k=4), back, keep=2)
+    assert [s["created"] for s in third.sessions] == ["2026-12-02", "2026-12-03"]
+    assert third.point(64).launches == 7
+    assert third.point(64).tps == pytest.approx(100 * math.sqrt(0.96 * 1.02), rel=1e-5)  # saved to 3 decimals
+
+
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        (lambda b: b.settings.update(long_tokens=128), "settings.long_tokens 264, this run 128"),
+        (lambda b: b.provenance.update(launch_argv=["{llama_server}", "--flash-attn", "off"]), "launch argv"),
+        (lambda b: b.provenance.update(engine_version="b12000"), "engine_version"),
+        (lambda b: b.points.pop(), "contexts 64, 1024, 4096, this run 64, 1024"),
+    ],
+)
+def test_a_refresh_of_another_service_or_measure_is_not_pooled(change, needle):
+    new = session(0.98, "2026-12-02")
+    change(new)
+    with pytest.raises(ConfigError, match="cannot pool") as e:
+        bl.pool(new, session(1.0, "2026-12-01"), keep=3)
+    assert needle in str(e.value)
+
+
+def test_a_bad_launch_session_names_the_field(tmp_path):
+    path = tmp_path / "pooled.yaml"
+    bl.save(bl.pool(session(0.97, "2026-12-02"), session(1.0, "2026-12-01"), keep=3), path)
+    data = yaml.safe_load(path.read_text())
+    data["points"][0]["launch_session"] = data["points"][0]["launch_session"][:-1]
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"points\[0\]\.launch_session"):
+        bl.load(path)
+    data["points"][0]["launch_session"] = [0] * 5 + [2] * 5
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="'sessions'"):
+        bl.load(path)
+
+
+def test_between_session_spread_widens_the_interval_but_a_large_drop_still_fails():
+    pooled = bl.pool(session(0.96, "2026-12-02", k=3), session(1.0, "2026-12-01", k=5), keep=3)
+    p = pooled.point(64)
+    # the same figure and launches, as one session: what the gate knew before pooling
+    flat = make_baseline({64: p.tps, 1024: 90.0, 4096: 70.0}, launch_sd=0.01, launches=8)
+    for drop, single, with_sessions in ((0.04, "fail", "inconclusive"), (0.20, "fail", "fail")):
+        e = est(64, p.tps * (1 - drop))
+        one = compare_point(flat, e, 0.03, launch_noise_prior=0.01)
+        two = compare_point(pooled, e, 0.03, launch_noise_prior=0.01)
+        assert (one.status, two.status) == (single, with_sessions), (one.describe(), two.describe())
+        assert two.noise_source == "sessions" and two.baseline_sessions == 2
+        assert two.mde > one.mde  # the session term is in the interval
+        assert "session noise" in two.describe()
+    # a session prior of zero weight in the data: the pooled sb pulls toward the profile's figure
+    small = compare_point(
+        pooled, est(64, p.tps * 0.96), 0.03, launch_noise_prior=0.01, session_noise_prior=0.001
+    )
+    assert (
+        small.session_sd
+        < compare_point(pooled, est(64, p.tps * 0.96), 0.03, launch_noise_prior=0.01).session_sd
+    )

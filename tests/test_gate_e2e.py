@@ -214,3 +214,53 @@ def test_partly_rejected_drafts_are_an_acceptance_regression(gate):
     assert "verdict: ACCEPTANCE REGRESSION" in result.out, result.out[-4000:]
     assert "a partial drop, the drafts are still partly accepted" in result.out
     assert "by factor at ctx=" in result.out
+
+
+def test_a_pooled_refresh_keeps_the_stored_launches_as_an_earlier_session(gate):
+    from perftests import baseline as bl
+
+    assert gate.baseline().ret == 0
+    first = bl.load(gate.root / "baselines" / "gate-ref.yaml")
+    pooled = gate.root / "baselines" / "pooled.yaml"
+    pooled.write_text((gate.root / "baselines" / "gate-ref.yaml").read_text())
+    # the same service measured the same way, refreshed as a second session of 2 launches
+    again = gate.run(
+        _profile(gate.root / "pool"),
+        "--update-baselines",
+        "--perf-pool-sessions",
+        "3",
+        "--perf-launches",
+        "2",
+        "--reason",
+        "e2e: a second session",
+        baseline="pooled.yaml",
+    )
+    assert again.ret == 0, again.out[-3000:]
+    assert "pooled: 2 sessions" in again.out
+    b = bl.load(pooled)
+    assert (b.session_count, len(b.sessions), b.reason) == (2, 2, "e2e: a second session")
+    for p in b.points:
+        old = first.point(p.context)
+        k = old.launches
+        assert p.launch_tps[:k] == old.launch_tps and len(p.launch_tps) == k + 2
+        assert p.launch_session == (0,) * k + (1,) * 2
+    # judged against it, the run's own record carries the session term in every point
+    out = subprocess.run(
+        [sys.executable, "-m", "perftests.cli", "compare", str(pooled), str(gate.root / "run-pool.json")],
+        capture_output=True,
+        text=True,
+        cwd=gate.root,
+    )
+    assert "between the baseline's 2 sessions" in out.stdout, out.stdout + out.stderr
+    # a refresh of another service (a wider FFN) is refused before it launches anything
+    other = gate.run(
+        _profile(gate.root / "pool-ff", model="target@n_ff=3072"),
+        "--update-baselines",
+        "--perf-pool-sessions",
+        "3",
+        "--reason",
+        "e2e: not the same service",
+        baseline="pooled.yaml",
+    )
+    assert other.ret != 0 and "cannot pool" in other.out and "launch argv" in other.out, other.out[-3000:]
+    assert bl.load(pooled).sessions == b.sessions  # untouched

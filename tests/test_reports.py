@@ -249,6 +249,10 @@ def test_compare_names_a_bad_file(tmp_path):
         [*CLI, "compare", str(tmp_path / "nope.json"), str(bad)], capture_output=True, text=True, timeout=60
     )
     assert res.returncode == 2 and "nope.json: no such run record" in res.stderr
+    res = subprocess.run(
+        [*CLI, "compare", str(tmp_path / "nope.yaml"), str(bad)], capture_output=True, text=True, timeout=60
+    )
+    assert res.returncode == 2 and "nope.yaml: no such baseline file" in res.stderr
 
 
 def test_report_rerenders_a_saved_record(runs, tmp_path):

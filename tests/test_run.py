@@ -328,3 +328,18 @@ def test_server_arguments_that_differ_from_the_baselines_are_said():
     b2 = dataclasses.replace(base, provenance={"server_args": {"model_alias": "/root/.cache/m/t-1a.gguf"}})
     assert server_differences(b2, {"args": {"model_alias": "/tmp/h/m/t-1a.gguf", "n_ctx": 9}}) == []
     assert server_differences(b2, {"args": {"model_alias": "/tmp/h/m/t-2b.gguf"}}) != []
+
+
+def test_pooling_is_checked_before_anything_is_launched(tmp_path):
+    d = profile_dir(tmp_path)
+    path = stored_baseline(tmp_path)  # no launch argv in its provenance: not this profile's service
+    base = {"hw": "unit", "profile_dir": [str(d)], "baseline": str(path)}
+    with pytest.raises(ConfigError, match="--perf-pool-sessions: only with --update-baselines"):
+        resolve({**base, "pool_sessions": 2}, tmp_path)
+    with pytest.raises(ConfigError, match="--perf-pool-sessions"):
+        resolve({**base, "update_baselines": True, "reason": "x", "pool_sessions": 0}, tmp_path)
+    with pytest.raises(ConfigError, match=rf"cannot pool with {path}: .*launch argv"):
+        resolve({**base, "update_baselines": True, "reason": "x", "pool_sessions": 2}, tmp_path)
+    # replacing it (the default, 1) needs no such match
+    cfg = resolve({**base, "update_baselines": True, "reason": "x"}, tmp_path)
+    assert cfg.pool_sessions == 1

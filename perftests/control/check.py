@@ -40,6 +40,15 @@ class ControlRange:
         )
         return cls({m: v for m, v in values.items() if v}, gpus)
 
+    @classmethod
+    def merged(cls, ranges: Sequence[ControlRange]) -> ControlRange:
+        """The range over several baselines' launches (a pooled baseline); the newest's GPUs."""
+        values: dict[str, tuple[float, ...]] = {}
+        for r in ranges:
+            for m, v in r.values.items():
+                values[m] = values.get(m, ()) + v
+        return cls(values, ranges[-1].gpus if ranges else ())
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "values": {m: [round(x, 3) for x in v] for m, v in self.values.items()},

@@ -70,6 +70,12 @@ def curve_table(record: RunRecord) -> str:
     return "\n".join(lines + ([""] + notes if notes else []))
 
 
+def _noise(c: PointComparison) -> str:
+    if c.noise_source == "sessions":  # within a session + between the baseline's sessions
+        return f"{c.noise_sd:.1%}+{c.session_sd or 0:.1%}"
+    return _f(c.noise_sd, ".1%") + ("" if c.noise_source != "profile" else "~")
+
+
 def comparison_table(comparisons: list[PointComparison], *, ab: bool = False) -> str:
     """Each point against the baseline; `ab`: B against A from paired launches (paired.py)."""
     head = (
@@ -87,8 +93,7 @@ def comparison_table(comparisons: list[PointComparison], *, ab: bool = False) ->
             f"{c.context:>8} {c.measured:>9.1f} {base:>9} {c.ratio:>7.3f} "
             f"{_ci(c.ratio_low, c.ratio_high):>15} {f'-{c.detectable_drop:.1%}':>8} "
             f"{c.launches if ab else f'{c.launches}/{c.baseline_launches}':>5} "
-            f"{_f(c.noise_sd, '.1%') + ('' if c.noise_source != 'profile' else '~'):>7} "
-            f"{acc:>11} {_status(c.status, ab):>12}"
+            f"{_noise(c):>7} {acc:>11} {_status(c.status, ab):>12}"
         )
     if any(c.source == "model" for c in comparisons):
         lines.append("* predicted by the baseline's fitted model: the baseline never measured this context")
@@ -106,6 +111,12 @@ def comparison_table(comparisons: list[PointComparison], *, ab: bool = False) ->
         + (
             " (~ assumed from the profile, not measured)"
             if any(c.noise_source == "profile" for c in comparisons)
+            else ""
+        )
+        + (
+            f"; a+b: within a session + between the baseline's "
+            f"{max(c.baseline_sessions for c in comparisons)} sessions"
+            if any(c.noise_source == "sessions" for c in comparisons)
             else ""
         )
     )
