@@ -35,7 +35,8 @@
 # PLAN="setup xaa:10 tiny:10 specfull". A fourth (2026-12-05 afternoon) only the 1.1B:
 # NO7B=1 L34=0 SMALL_MODELS=target PLAN="setup tiny:10". A fifth (2026-12-07), with the 1.1B's
 # 4-launch baseline of the fourth stored: TINY_REFRESH=0 L34=0 SMALL_MODELS=target
-# LEASE7B_ON_FAIL=0 PLAN="setup tiny:10 xaa:5 specfull".
+# LEASE7B_ON_FAIL=0 PLAN="setup tiny:10 xaa:5 tinypool specfull" (tinypool: the stored 1.1B
+# baseline and this lease's 5 launches pooled as two sessions, --perf-pool-sessions).
 # The stages must follow each other on one warm machine (build, models, baseline in /tmp).
 # Each device stage stops starting gate runs when fewer than the seconds a run needs are left
 # before $STAGE_S (default 570; the device tool's limit is 600 per call).
@@ -563,6 +564,17 @@ l2_tiny() {  # the 1.1B: a 5-launch refresh of its stored baseline (schema 1, on
     echo $((n + 1)) > "$KEEP/n-taa"
   done
 }
+l2_tinypool() {  # the 1.1B's stored baseline (another lease) with this lease's 5 launches pooled
+  isdone tinypool && return 0
+  onh200 || return 0
+  need 280 || return 1
+  mark tinypool
+  cp -f baselines/h200-llamacpp.yaml "$KEEP/h200-llamacpp-pooled.yaml"
+  gate tinypool -- --hw h200-llamacpp --update-baselines --perf-pool-sessions 3 \
+    --perf-baseline "$KEEP/h200-llamacpp-pooled.yaml" \
+    --reason "pooled: the stored 4 launches of 2026-12-06 and 5 of this lease, two sessions"
+  cp -f "$KEEP/h200-llamacpp-pooled.yaml" .perftests/ 2>/dev/null
+}
 lease2() {
   mkdir -p "$KEEP/baselines"
   cp -f "$KEEP"/baselines/*.yaml baselines/ 2>/dev/null  # refreshed by an earlier call
@@ -581,6 +593,7 @@ lease2() {
     spec) l2_spec ;;
     specfull) l2_specfull ;;
     tiny:*) l2_tiny "${task#*:}" ;;
+    tinypool) l2_tinypool ;;
     esac
   done
   { nvidia-smi -q -d CLOCK,POWER,TEMPERATURE; } >> "$OUT/nvidia-smi-end.txt" 2>&1
