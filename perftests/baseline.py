@@ -85,16 +85,23 @@ class BaselinePoint:
         return math.sqrt(ss / df)
 
     @property
-    def session_sd(self) -> float | None:
-        """Spread between sessions beyond what their launches' own spread explains: the sd of
-        the session means' logs less the within-session part (one-way random effects, method of
-        moments, floored at zero); None with one session."""
+    def session_means_var(self) -> float | None:
+        """Variance of the sessions' mean log tok/s (S - 1 degrees of freedom); None with one."""
         groups = self.groups()
         if len(groups) < 2:
             return None
         means = [sum(math.log(x) for x in g) / len(g) for g in groups]
         mu = sum(means) / len(means)
-        var_means = sum((m - mu) ** 2 for m in means) / (len(means) - 1)
+        return sum((m - mu) ** 2 for m in means) / (len(means) - 1)
+
+    @property
+    def session_sd(self) -> float | None:
+        """Spread between sessions beyond what their launches' own spread explains: the sd of
+        the session means' logs less the within-session part (one-way random effects, method of
+        moments, floored at zero); None with one session."""
+        var_means = self.session_means_var
+        if var_means is None:
+            return None
         within = (self.launch_sd or 0.0) ** 2 * self.inv_launches
         return math.sqrt(max(var_means - within, 0.0))
 
@@ -279,8 +286,12 @@ def pool_problems(
     if previous.provenance.get("engine") != engine:
         out.append(f"engine {previous.provenance.get('engine')!r}, this run {engine!r}")
     theirs = previous.provenance.get("launch_argv")
-    if launch_argv is None or theirs is None or list(theirs) != list(launch_argv):
-        out.append("its launch argv is not this profile's (a different or attached service)")
+    if launch_argv is None:
+        out.append("this run attaches to a running service: its rounds are not launches")
+    elif theirs is None:
+        out.append("its provenance records no launch argv (attached, or written before it was)")
+    elif list(theirs) != list(launch_argv):
+        out.append("its launch argv is not this profile's (a different service)")
     for k in POOLED_SETTINGS:
         if previous.settings.get(k) != settings.get(k):
             out.append(f"settings.{k} {previous.settings.get(k)!r}, this run {settings.get(k)!r}")
@@ -323,7 +334,8 @@ def pool(new: Baseline, previous: Baseline, *, keep: int) -> Baseline:
         raise ConfigError(
             f"cannot pool this refresh with {previous.path or 'the stored baseline'}: "
             + "; ".join(problems)
-            + " (refresh without --perf-pool-sessions to replace it)"
+            + " (refresh with --perf-pool-sessions 1 to replace it; this run's record keeps its"
+            " launches)"
         )
     old_sessions = previous.sessions or [_session_entry(previous)]
     drop = max(0, len(old_sessions) + 1 - keep)
@@ -332,12 +344,16 @@ def pool(new: Baseline, previous: Baseline, *, keep: int) -> Baseline:
     for p in new.points:
         o = previous.point(p.context)
         assert o is not None  # pool_problems checked the contexts
-        groups = [*o.groups()[drop:], p.launch_tps or (p.tps,)]
+        kept = o.groups()[drop:]
+        groups = [*kept, p.launch_tps or (p.tps,)]
+        # pairs behind the kept sessions: the measuring settings are the same (checked), so in
+        # proportion to their launches
+        n_old = round(o.n * sum(len(g) for g in kept) / max(sum(len(g) for g in o.groups()), 1))
         points.append(
             dataclasses.replace(
                 p,
                 tps=geomean([geomean(g) for g in groups]),
-                n=p.n + o.n,
+                n=p.n + n_old,
                 launch_tps=tuple(x for g in groups for x in g),
                 launch_session=tuple(i for i, g in enumerate(groups) for _ in g),
             )
@@ -376,6 +392,7 @@ def provisional_from(
             p.acceptance_length,
             p.step_ms / k if p.step_ms else None,
             tuple(x * k for x in p.launch_tps),
+            p.launch_session,
         )
         for p in other.points
     ]
@@ -538,12 +555,16 @@ def from_dict(d: Any, path: Path | str) -> Baseline:
     sessions = d.get("sessions") or []
     if not isinstance(sessions, list) or not all(isinstance(x, dict) for x in sessions):
         raise ConfigError(f"{path}: field 'sessions': expected a list of mappings")
-    used = {i for p in points for i in p.launch_session}
-    if used and (len(sessions) != len(used) or used != set(range(len(sessions)))):
-        raise ConfigError(
-            f"{path}: field 'sessions': {len(sessions)} entries, but the points' launch_session "
-            f"name sessions {sorted(used)}"
-        )
+    # Every point names every session, in order: pooling drops the oldest by position, and the
+    # shape test pairs launches within each session.
+    for p in sorted(points, key=lambda p: p.context):
+        ls = list(p.launch_session)
+        if (ls or sessions) and (sorted(set(ls)) != list(range(len(sessions))) or ls != sorted(ls)):
+            raise ConfigError(
+                f"{path}: field 'sessions': {len(sessions)} entries, but the point at context "
+                f"{p.context} has launch_session {ls or 'none'} (each point names sessions "
+                f"0..{max(len(sessions) - 1, 0)}, in order)"
+            )
     for i, x in enumerate(sessions):
         if x.get("control") is not None:
             try:

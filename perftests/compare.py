@@ -16,8 +16,9 @@ A baseline pooled over S sessions (refreshes on other machines or days) knows on
 session's mean moves by `sb` beyond its launches' spread, and the run is one more session. The
 baseline's figure is the mean of its sessions' means, so
 se^2 = sb^2 (1 + 1/S) + sd^2 (1/k + mean(1/K_i) / S), where `sd` is the within-session launch
-spread and `sb` is pooled with the profile's `session_noise` as `sd` is with `launch_noise`; the
-degrees of freedom are Welch-Satterthwaite's. A baseline of one session cannot see `sb`: the
+spread and `sb`'s estimate comes from the variance of the session means, pooled with the
+profile's `session_noise` as `sd` is with `launch_noise` (session_se); the degrees of freedom are
+Welch-Satterthwaite's. A baseline of one session cannot see `sb`: the
 tolerance has to hold it (the profiles' comments give what was measured between leases).
 
 A run judges m context points at once, so each interval is at confidence 1 - 0.05/m
@@ -164,14 +165,22 @@ def judge(ratio: float, low: float, high: float, tolerance: float) -> Status:
 
 
 def session_se(
-    within: Noise, between: Noise, *, sessions: int, inv_launches: float, k: int
-) -> tuple[float, float]:
-    """(se of the log ratio, its Welch-Satterthwaite degrees of freedom) of a run of k launches
-    against a baseline pooled over `sessions` sessions (see the module's docstring)."""
-    a = between.sd**2 * (1 + 1 / sessions)
-    c = within.sd**2 * (1 / k + inv_launches / sessions)
-    df = (a + c) ** 2 / (a * a / between.df + c * c / within.df)
-    return math.sqrt(a + c), df
+    within: Noise, means_var: float | None, prior: float, *, sessions: int, inv_launches: float, k: int
+) -> tuple[float, float, float]:
+    """(se of the log ratio, its degrees of freedom, the between-session sd used) of a run of
+    k launches against a baseline pooled over `sessions` sessions whose mean logs vary by
+    `means_var` (see the module's docstring). The estimate is the variance of the session
+    means, V (S - 1 degrees of freedom), which holds sb^2 + sd^2 mean(1/K_i); the prior enters
+    as that sum at PRIOR_DF. Then se^2 = (1 + 1/S) V + sd^2 (1/k - mean(1/K_i)), and its degrees
+    of freedom are Welch-Satterthwaite's over V and sd^2."""
+    S, m1, w2 = sessions, inv_launches, within.sd**2
+    df_v = PRIOR_DF + (S - 1 if means_var is not None else 0)
+    v = (PRIOR_DF * (prior * prior + w2 * m1) + (S - 1) * (means_var or 0.0)) / df_v
+    sb2 = max(v - w2 * m1, 0.0)
+    se2 = sb2 * (1 + 1 / S) + w2 * (1 / k + m1 / S)  # as (1 + 1/S) V + sd^2 (1/k - m1), sb >= 0
+    a, c = (1 + 1 / S) * v, w2 * (1 / k - m1)
+    df = (a + c) ** 2 / (a * a / df_v + c * c / within.df) if sb2 > 0 else within.df
+    return math.sqrt(se2), max(1.0, min(df, df_v + within.df)), math.sqrt(sb2)
 
 
 def compare_point(
@@ -197,14 +206,15 @@ def compare_point(
         sd_w = bp.launch_sd
         noise = launch_noise([(sd_w, bp.launch_df + 1)] if sd_w is not None else [], est, launch_noise_prior)
         if bp.sessions >= 2:
-            sb = bp.session_sd
-            between = pooled_noise(
-                [(sb, bp.sessions)] if sb is not None else [],
+            se, df, session_sd = session_se(
+                noise,
+                bp.session_means_var,
                 launch_noise_prior if session_noise_prior is None else session_noise_prior,
+                sessions=bp.sessions,
+                inv_launches=bp.inv_launches,
+                k=k,
             )
-            se, df = session_se(noise, between, sessions=bp.sessions, inv_launches=bp.inv_launches, k=k)
             noise = Noise(noise.sd, df, "sessions")
-            session_sd = between.sd
         else:
             # A one-launch baseline's own within-launch error is part of its launch noise already.
             se = noise.sd * math.sqrt(1 / k + 1 / K)
@@ -221,6 +231,17 @@ def compare_point(
         # The model's band is a ~95% half-width of its prediction; as a standard error:
         se_model = math.log1p(model.band(tolerance)) / 1.96
         se = math.hypot(noise.sd / math.sqrt(k), se_model)
+        if baseline.session_count >= 2:
+            # a pooled baseline: the run is one more session here too (its sb pooled over the
+            # points that measured it)
+            sb = pooled_noise(
+                [(p.session_sd, p.sessions) for p in baseline.points if p.session_sd is not None],
+                launch_noise_prior if session_noise_prior is None else session_noise_prior,
+            )
+            S = baseline.session_count
+            se = math.hypot(se, sb.sd * math.sqrt(1 + 1 / S))
+            session_sd = sb.sd
+            noise = Noise(noise.sd, min(noise.df, sb.df), "sessions")
         exp_acc = model.acceptance_length if model.kind == "step_ms" else None
         exp_step = model.cost_ms(ctx) if model.kind == "step_ms" else None
     # The run's launches can never be more precise than their own pairs say.
@@ -255,7 +276,7 @@ def compare_point(
         family=family,
         band_low=band[0] if band else None,
         band_high=band[1] if band else None,
-        baseline_sessions=bp.sessions if bp is not None else 1,
+        baseline_sessions=bp.sessions if bp is not None else baseline.session_count,
         session_sd=session_sd,
     )
 

@@ -227,9 +227,8 @@ def resolve(
         )
         if problems:
             raise ConfigError(
-                f"--perf-pool-sessions {pool}: cannot pool with {path}: "
-                + "; ".join(problems)
-                + " (refresh with --perf-pool-sessions 1 to replace it)"
+                f"--perf-pool-sessions {pool} (or the profile's pool_sessions): cannot pool with "
+                f"{path}: " + "; ".join(problems) + " (refresh with --perf-pool-sessions 1 to replace it)"
             )
     cfg = RunConfig(
         profile=profile,

@@ -102,9 +102,11 @@ def _baseline_logs(baseline: Baseline, ctx: int, ref: int) -> list[float] | None
     if b is None or r is None:
         return None
     if b.launch_tps and r.launch_tps:
-        if len(b.launch_tps) != len(r.launch_tps):
+        # paired launch by launch within each session (a pooled baseline holds several)
+        gb, gr = b.groups(), r.groups()
+        if len(gb) != len(gr) or any(len(x) != len(y) for x, y in zip(gb, gr, strict=True)):
             return None  # not every launch measured both: no pairing to trust
-        return [math.log(x / y) for x, y in zip(b.launch_tps, r.launch_tps, strict=True)]
+        return [math.log(x / y) for xs, ys in zip(gb, gr, strict=True) for x, y in zip(xs, ys, strict=True)]
     return [math.log(b.tps / r.tps)]  # a one-launch baseline
 
 

@@ -3,6 +3,7 @@ under concurrency, provisional curves, and points the baseline never measured.""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import signal
@@ -206,7 +207,9 @@ def test_history_keeps_the_previous_curve(tmp_path):
 
 def session(level: float, created: str, *, sd: float = 0.01, k: int = 5) -> bl.Baseline:
     """One refresh's baseline: k launches of spread `sd` around `level` times a fixed curve."""
-    b = make_baseline({64: 100 * level, 1024: 90 * level, 4096: 70 * level}, launch_sd=sd, launches=k)
+    b = make_baseline(
+        {64: 100 * level, 1024: 90 * level, 4096: 70 * level}, launch_sd=sd if k > 1 else None, launches=k
+    )
     b.created = created
     b.provenance = {
         "engine": "llamacpp",
@@ -247,6 +250,7 @@ def test_a_pooled_baseline_weighs_each_session_the_same_and_round_trips(tmp_path
     third = bl.pool(session(1.02, "2026-12-03", k=4), back, keep=2)
     assert [s["created"] for s in third.sessions] == ["2026-12-02", "2026-12-03"]
     assert third.point(64).launches == 7
+    assert third.point(64).launch_session == (0,) * 3 + (1,) * 4  # renumbered from 0
     assert third.point(64).tps == pytest.approx(100 * math.sqrt(0.96 * 1.02), rel=1e-5)  # saved to 3 decimals
 
 
@@ -279,6 +283,11 @@ def test_a_bad_launch_session_names_the_field(tmp_path):
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match="'sessions'"):
         bl.load(path)
+    # one point that says a single session beside others that say two
+    data["points"][0]["launch_session"] = [0] * 10
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="the point at context 64 has launch_session"):
+        bl.load(path)
 
 
 def test_between_session_spread_widens_the_interval_but_a_large_drop_still_fails():
@@ -294,11 +303,40 @@ def test_between_session_spread_widens_the_interval_but_a_large_drop_still_fails
         assert two.noise_source == "sessions" and two.baseline_sessions == 2
         assert two.mde > one.mde  # the session term is in the interval
         assert "session noise" in two.describe()
-    # a session prior of zero weight in the data: the pooled sb pulls toward the profile's figure
-    small = compare_point(
-        pooled, est(64, p.tps * 0.96), 0.03, launch_noise_prior=0.01, session_noise_prior=0.001
+    # two sessions that agree: the between-session term is the profile's prior alone, pooled
+    # (0 for S - 1 = 1 degree of freedom of the data beside PRIOR_DF = 4 of the prior)
+    same = bl.pool(session(1.0, "2026-12-02", k=3), session(1.0, "2026-12-01", k=5), keep=3)
+    assert same.point(64).session_sd == 0.0
+    c = compare_point(
+        same, est(64, same.point(64).tps), 0.03, launch_noise_prior=0.01, session_noise_prior=0.02
     )
-    assert (
-        small.session_sd
-        < compare_point(pooled, est(64, p.tps * 0.96), 0.03, launch_noise_prior=0.01).session_sd
-    )
+    w2 = c.noise_sd**2 * (1 / 5 + 1 / 3) / 2
+    assert c.session_sd == pytest.approx(math.sqrt(0.8 * 0.02**2 - 0.2 * w2), rel=1e-9)
+    assert c.status == "pass"
+
+
+def test_pooled_sessions_of_one_launch_and_a_context_between_points():
+    # one-launch baselines (as schema /1 files are) hold no launch medians of their own
+    one = [session(x, f"2026-12-0{i + 1}", k=1) for i, x in enumerate((1.0, 0.97, 1.02))]
+    pooled = bl.pool(one[2], bl.pool(one[1], one[0], keep=3), keep=3)
+    p = pooled.point(64)
+    assert (p.sessions, p.launches, p.launch_sd) == (3, 3, None)
+    c = compare_point(pooled, est(64, p.tps * 0.9), 0.05, launch_noise_prior=0.01)
+    assert c.noise_source == "sessions" and math.isfinite(c.mde) and c.status == "fail"
+    # a context between the baseline's points is judged against the model, with the session term
+    m = compare_point(pooled, est(2048, pooled.model.tps(2048)), 0.05, launch_noise_prior=0.01)
+    assert m.source == "model" and m.noise_source == "sessions" and m.baseline_sessions == 3
+
+
+def test_the_shape_test_pairs_launches_within_each_session():
+    from perftests.shape import _baseline_logs
+
+    pooled = bl.pool(session(0.97, "2026-12-02", k=2), session(1.0, "2026-12-01", k=3), keep=3)
+    logs = _baseline_logs(pooled, 1024, 64)
+    assert logs is not None and len(logs) == 5
+    assert all(x == pytest.approx(math.log(0.9), abs=1e-9) for x in logs)
+    # the same 5 launches split 3 + 2 at one context and 2 + 3 at the other: not pairable
+    b, r = pooled.point(1024), pooled.point(64)
+    pooled.points[pooled.points.index(b)] = dataclasses.replace(b, launch_session=(0, 0, 1, 1, 1))
+    assert _baseline_logs(pooled, 1024, 64) is None
+    assert r.launch_session == (0, 0, 0, 1, 1)

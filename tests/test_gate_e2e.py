@@ -251,8 +251,10 @@ def test_a_pooled_refresh_keeps_the_stored_launches_as_an_earlier_session(gate):
         text=True,
         cwd=gate.root,
     )
-    assert "between the baseline's 2 sessions" in out.stdout, out.stdout + out.stderr
-    # a refresh of another service (a wider FFN) is refused before it launches anything
+    assert out.returncode == 0 and "between the baseline's 2 sessions" in out.stdout, out.stdout + out.stderr
+    # a refresh of another service (a wider FFN) is refused before it launches anything: no
+    # server log is written
+    logs = set((gate.root / "logs").rglob("*"))
     other = gate.run(
         _profile(gate.root / "pool-ff", model="target@n_ff=3072"),
         "--update-baselines",
@@ -263,4 +265,5 @@ def test_a_pooled_refresh_keeps_the_stored_launches_as_an_earlier_session(gate):
         baseline="pooled.yaml",
     )
     assert other.ret != 0 and "cannot pool" in other.out and "launch argv" in other.out, other.out[-3000:]
+    assert set((gate.root / "logs").rglob("*")) == logs
     assert bl.load(pooled).sessions == b.sessions  # untouched

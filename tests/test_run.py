@@ -336,9 +336,9 @@ def test_pooling_is_checked_before_anything_is_launched(tmp_path):
     base = {"hw": "unit", "profile_dir": [str(d)], "baseline": str(path)}
     with pytest.raises(ConfigError, match="--perf-pool-sessions: only with --update-baselines"):
         resolve({**base, "pool_sessions": 2}, tmp_path)
-    with pytest.raises(ConfigError, match="--perf-pool-sessions"):
+    with pytest.raises(ConfigError, match="--perf-pool-sessions: expected a positive integer"):
         resolve({**base, "update_baselines": True, "reason": "x", "pool_sessions": 0}, tmp_path)
-    with pytest.raises(ConfigError, match=rf"cannot pool with {path}: .*launch argv"):
+    with pytest.raises(ConfigError, match=rf"cannot pool with {path}: .*attaches to a running service"):
         resolve({**base, "update_baselines": True, "reason": "x", "pool_sessions": 2}, tmp_path)
     # replacing it (the default, 1) needs no such match
     cfg = resolve({**base, "update_baselines": True, "reason": "x"}, tmp_path)
