@@ -37,6 +37,9 @@
 # 4-launch baseline of the fourth stored: TINY_REFRESH=0 L34=0 SMALL_MODELS=target
 # LEASE7B_ON_FAIL=0 PLAN="setup tiny:10 xaa:5 tinypool specfull" (tinypool: the stored 1.1B
 # baseline and this lease's 5 launches pooled as two sessions, --perf-pool-sessions).
+# A sixth (2026-12-07 morning): the same, with the 34-layer 7B written (free beside the build)
+# and PLAN_OTHER for a card that is not an H200: xaa then refreshes a 7B baseline of this lease
+# first and runs the A/A against it, l34 is judged against that one.
 # The stages must follow each other on one warm machine (build, models, baseline in /tmp).
 # Each device stage stops starting gate runs when fewer than the seconds a run needs are left
 # before $STAGE_S (default 570; the device tool's limit is 600 per call).
@@ -474,11 +477,23 @@ print(json.dumps({"bytes_moved": 8 * n, "median_ms": ms, "tb_per_s": 8 * n / ms 
 }
 l2_xaa() {  # A/A across leases against the stored baseline
   local n
-  # the stored baseline is an H200's: another card is a different machine, an error of every run
-  onh200 || { echo "xaa: not an H200, skipped" | tee -a "$OUT/gates-$STAGE.txt"; return 0; }
+  local base=()
+  # The stored baseline is an H200's: another card (the tool may lend an H100 for an H200) is a
+  # different machine, an error of every run. There the A/A is within this lease, against a
+  # 5-launch refresh made here first, never written over the stored file.
+  if ! onh200; then
+    if [ ! -f "$LEASE7B" ]; then
+      need 260 || return 1
+      gate lease7b -- --hw $HW --update-baselines --perf-launches 5 --perf-baseline "$LEASE7B" \
+        --reason "this lease's baseline on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1): 5 launches"
+      cp -f "$LEASE7B" .perftests/ 2>/dev/null
+    fi
+    [ -f "$LEASE7B" ] || return 1
+    base=(--perf-baseline "$LEASE7B")
+  fi
   while n=$(count xaa); [ "$n" -lt "$1" ]; do
     need "$(wall7b)" || return 1
-    gate "xaa-$((n + 1))" -- --hw $HW
+    gate "xaa-$((n + 1))" -- --hw $HW "${base[@]}"
     echo $((n + 1)) > "$KEEP/n-xaa"
   done
   # any A/A run across leases that did not pass: the 34-layer runs are judged against a
@@ -577,6 +592,8 @@ l2_tinypool() {  # the 1.1B's stored baseline (another lease) with this lease's 
 }
 lease2() {
   mkdir -p "$KEEP/baselines"
+  # PLAN_OTHER: the plan on a card that is not an H200 (default: PLAN)
+  onh200 || PLAN=${PLAN_OTHER:-$PLAN}
   cp -f "$KEEP"/baselines/*.yaml baselines/ 2>/dev/null  # refreshed by an earlier call
   echo "===== lease2 $(date -u +%H:%M:%S) plan: $PLAN; done before: $(ls "$KEEP" | tr '\n' ' ')" \
     | tee -a "$OUT/gates-$STAGE.txt"
