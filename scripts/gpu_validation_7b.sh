@@ -40,6 +40,9 @@
 # A sixth (2026-12-07 morning): the same, with the 34-layer 7B written (free beside the build)
 # and PLAN_OTHER for a card that is not an H200: xaa then refreshes a 7B baseline of this lease
 # first and runs the A/A against it, l34 is judged against that one.
+# Its second machine (an H100 again): pool7b, the first machine's 7B baseline carried
+# (POOL7B_FROM) and 5 launches of this machine pooled as two sessions, then A/A runs against it:
+# PLAN_OTHER="setup pool7b xaa:3" POOL7B_FROM=.carry/h100-7b-lease6.yaml L34=0 SMALL_MODELS=
 # The stages must follow each other on one warm machine (build, models, baseline in /tmp).
 # Each device stage stops starting gate runs when fewer than the seconds a run needs are left
 # before $STAGE_S (default 570; the device tool's limit is 600 per call).
@@ -590,6 +593,17 @@ l2_tinypool() {  # the 1.1B's stored baseline (another lease) with this lease's 
     --reason "pooled: the stored 4 launches of 2026-12-06 and 5 of this lease, two sessions"
   cp -f "$KEEP/h200-llamacpp-pooled.yaml" .perftests/ 2>/dev/null
 }
+l2_pool7b() {  # a 7B baseline of an earlier lease of this card ($POOL7B_FROM, carried) with 5
+  # launches of this lease pooled as its second session; the A/A runs (xaa) then judge against it
+  isdone pool7b && return 0
+  [ -f "${POOL7B_FROM:-}" ] || { echo "pool7b: no POOL7B_FROM" | tee -a "$OUT/gates-$STAGE.txt"; return 1; }
+  need 230 || return 1
+  mark pool7b
+  cp -f "$POOL7B_FROM" "$LEASE7B"
+  gate pool7b -- --hw $HW --update-baselines --perf-pool-sessions 2 --perf-launches 5 \
+    --perf-baseline "$LEASE7B" --reason "pooled: an earlier lease's 5 launches and 5 of this lease"
+  cp -f "$LEASE7B" .perftests/ 2>/dev/null
+}
 lease2() {
   mkdir -p "$KEEP/baselines"
   # PLAN_OTHER: the plan on a card that is not an H200 (default: PLAN)
@@ -611,6 +625,7 @@ lease2() {
     specfull) l2_specfull ;;
     tiny:*) l2_tiny "${task#*:}" ;;
     tinypool) l2_tinypool ;;
+    pool7b) l2_pool7b ;;
     esac
   done
   { nvidia-smi -q -d CLOCK,POWER,TEMPERATURE; } >> "$OUT/nvidia-smi-end.txt" 2>&1
