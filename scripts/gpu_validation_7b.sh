@@ -93,8 +93,9 @@ def ctrl(d, launch, key):
         else:
             vals.append(r.get(key))
     return vals
-order = ["refresh"] + [f"aa-{i}" for i in range(1, 30) if f"aa-{i}" in recs]
-ctxs = recs["refresh"]["settings"]["contexts"]
+REF, AA = os.environ.get("REF", "refresh"), os.environ.get("AA", "aa-")  # a later lease: lease7b, xaa-
+order = [REF] + [f"{AA}{i}" for i in range(1, 30) if f"{AA}{i}" in recs]
+ctxs = recs[REF]["settings"]["contexts"]
 # --- every launch of the unchanged service, with the control read before / after it
 print("## Launches of the unchanged 7B service (refresh + A/A), control before / after each")
 print("| run | launch | " + " | ".join(f"tok/s {c}" for c in ctxs) + " | startup s | GPU copy GB/s | SM MHz | mem MHz | temp C | power W | CPU matmul GFLOP/s |")
@@ -112,8 +113,8 @@ for name in order:
         rows.append((name, tps, {k: st.mean(v) for k, v in c.items() if v and None not in v}))
 print()
 print("## Between-launch spread (sd of log tok/s of the launch medians) and the control")
-for label, sel in (("refresh (5)", [r for r in rows if r[0] == "refresh"]),
-                   ("A/A (%d)" % sum(r[0] != "refresh" for r in rows), [r for r in rows if r[0] != "refresh"]),
+for label, sel in (("refresh (5)", [r for r in rows if r[0] == REF]),
+                   ("A/A (%d)" % sum(r[0] != REF for r in rows), [r for r in rows if r[0] != REF]),
                    ("all (%d)" % len(rows), rows)):
     line = [f"{label}:"]
     for x in ctxs:
@@ -142,7 +143,7 @@ d_, L, ff, v = spec["n_embd"], spec["n_layer"], spec["n_ff"], spec["n_vocab"]
 per_layer = 2 * d_ * d_ + 2 * d_ * spec["n_head_kv"] * spec["head_dim"] + 3 * d_ * ff
 w_read = 2 * (L * per_layer + v * d_)  # f16 matrices read per token; token_embd reads one row
 kv_tok = 2 * L * spec["n_head_kv"] * spec["head_dim"] * 2  # K and V, f16, per context token
-ref = recs["refresh"]
+ref = recs[REF]
 est = {x: math.exp(st.mean(math.log(l[x]) for l in launches(ref).values())) for x in ctxs}
 eng = {}
 for p in ref["points"]:
@@ -175,11 +176,11 @@ for name in sorted(recs, key=lambda n: recs[n]["created"]):
 print()
 # --- launches a drop needs, at the measured noise (run's Bonferroni family 2m - 1)
 fam = 2 * len(ctxs) - 1
-aa = [r for r in rows if r[0] != "refresh"]
+aa = [r for r in rows if r[0] != REF]
 print(f"## Launches a run needs (compare.launches_needed, K=5, family {fam})")
 for x in ctxs:
     sd_aa = lsd([r[1][x] for r in aa])
-    pooled = pooled_noise([(lsd([r[1][x] for r in rows if r[0] == 'refresh']), 5), (sd_aa, len(aa))], 0.0)
+    pooled = pooled_noise([(lsd([r[1][x] for r in rows if r[0] == REF]), 5), (sd_aa, len(aa))], 0.0)
     out = []
     for sd, what in ((sd_aa, f"A/A sd {sd_aa:.2%}"), (pooled.sd, f"refresh+A/A pooled {pooled.sd:.2%}"), (0.015, "1.5% (the runs' pooled noise)"), (0.02, "2%")):
         need = {drop: launches_needed(sd, 5, drop, family=fam) for drop in (0.03, 0.05, 0.10)}
