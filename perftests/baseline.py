@@ -223,17 +223,7 @@ def from_record(record: RunRecord, *, reason: str, previous: Baseline | None = N
     model = fit_curve(
         [p.context for p in points], [p.tps for p in points], [p.acceptance_length for p in points]
     )
-    history = list(previous.history) if previous else []
-    if previous is not None:
-        history.insert(
-            0,
-            {
-                "created": previous.created,
-                "reason": previous.reason,
-                "commit": previous.provenance.get("commit"),
-                "points": {p.context: round(p.tps, 3) for p in previous.points},
-            },
-        )
+    history = history_after(previous)
     server = record.server or {}
     provenance = {
         "engine": record.engine,
@@ -260,9 +250,84 @@ def from_record(record: RunRecord, *, reason: str, previous: Baseline | None = N
         reason=reason.strip(),
         provenance=provenance,
         settings=settings,
-        history=history[:HISTORY_KEEP],
+        history=history,
         control=ControlRange.of(record.control) if record.control else None,
     )
+
+
+def history_after(previous: Baseline | None) -> list[dict[str, Any]]:
+    """The history of a file that replaces `previous`: its entry first, then its own history."""
+    if previous is None:
+        return []
+    entry = {
+        "created": previous.created,
+        "reason": previous.reason,
+        "commit": previous.provenance.get("commit"),
+        "points": {p.context: round(p.tps, 3) for p in previous.points},
+    }
+    return [entry, *previous.history][:HISTORY_KEEP]
+
+
+# Outcomes whose launches are not taken into a session unless asked: a real regression's would
+# move the curve, a broken run's are not figures of the service.
+NOT_UNCHANGED = ("regression", "invalid measurement", "run error", "machine")
+
+
+def session_from_records(
+    records: Sequence[RunRecord], names: Sequence[str], *, include_failed: bool = False
+) -> Baseline:
+    """One session (one machine, one lease or day) from run records of the unchanged service:
+    their kept launches in order, as one refresh of that many launches would have stored them.
+    The records of gate runs qualify: each is a fresh launch or more. `names` name the records
+    in the errors, which say what does not fit before anything is built."""
+    if not records:
+        raise ConfigError("a session needs at least one run record")
+    first, n0 = records[0], names[0]
+    for r, name in zip(records, names, strict=True):
+        why = None
+        if r.ab is not None:
+            why = "an A/B campaign's record (two services)"
+        elif not r.launched:
+            why = "it attached to a running service: its rounds are not launches"
+        elif r.errors:
+            why = f"it has errors ({r.errors[0]})"
+        elif r.outcome and r.outcome.kind.value in NOT_UNCHANGED and not include_failed:
+            why = (
+                f"its outcome is {r.outcome.kind.value!r}: a failed or broken run's launches are not"
+                " the unchanged service's (--include-failed takes an A/A false alarm anyway)"
+            )
+        elif not r.points:
+            why = "it has no kept launch"
+        if why:
+            raise ConfigError(f"{name}: cannot go into a baseline: {why}")
+        if r is first:
+            continue
+        diffs = []
+        for label, a, b in (
+            ("profile", first.profile, r.profile),
+            ("engine", first.engine, r.engine),
+            ("engine version", (first.server or {}).get("version"), (r.server or {}).get("version")),
+            ("model", (first.server or {}).get("model"), (r.server or {}).get("model")),
+            ("launch argv", first.settings.get("launch_argv"), r.settings.get("launch_argv")),
+            ("contexts", sorted({p.context for p in first.points}), sorted({p.context for p in r.points})),
+            ("machine", hardware_key(first.machine), hardware_key(r.machine)),
+            *((f"settings.{k}", first.settings.get(k), r.settings.get(k)) for k in POOLED_SETTINGS),
+        ):
+            if a != b:
+                diffs.append(f"{label} {b!r}, {n0} {a!r}")
+        if diffs:
+            raise ConfigError(f"{name}: not of one session with {n0}: " + "; ".join(diffs))
+    points, readings, n = [], [], 0
+    for r in records:
+        kept = sorted({p.launch for p in r.points})
+        remap = {old: n + i for i, old in enumerate(kept)}
+        points += [dataclasses.replace(p, launch=remap[p.launch]) for p in r.points]
+        readings += [dataclasses.replace(x, launch=remap[x.launch]) for x in r.control if x.launch in remap]
+        n += len(kept)
+    merged = dataclasses.replace(first, points=points, control=readings, errors=[], launches=[])
+    b = from_record(merged, reason=f"{n} launches from run records: " + ", ".join(names))
+    # the session's date is its launches', not today's
+    return dataclasses.replace(b, created=first.created)
 
 
 # -- pooling sessions ----------------------------------------------------------------------
@@ -277,10 +342,18 @@ def pool_problems(
     contexts: Sequence[int],
     engine: str | None,
     launch_argv: Sequence[str] | None,
+    machine: dict[str, Any] | None = None,
 ) -> list[str]:
     """Why `previous`'s launches cannot be pooled with a run measured as given: pooled launches
-    must be the same service measured the same way, only on another machine or day."""
+    must be the same service measured the same way, only on another machine of the same kind
+    (the gate refuses to judge across kinds) or another day."""
     out = []
+    if machine is not None and not previous.provenance.get("machine"):
+        out.append("its provenance records no machine")
+    elif machine is not None:
+        was, now = _serving_hardware(previous.provenance.get("machine") or {}), _serving_hardware(machine)
+        if was != now:
+            out.append(f"it was measured on {was}, this run on {now}")
     if previous.provisional or previous.provenance.get("imported"):
         out.append("it is provisional or imported, not launches measured by this tool")
     if previous.provenance.get("engine") != engine:
@@ -303,6 +376,15 @@ def pool_problems(
     return out
 
 
+def _serving_hardware(fp: dict[str, Any]) -> str:
+    """What decides a curve: the GPUs' models where there are GPUs (a runner's CPU or driver may
+    change between leases; the gate only warns of those), else the CPU's."""
+    gpus = [str(g.get("name")) for g in fp.get("gpus") or []]
+    if gpus:
+        return " + ".join(gpus)
+    return f"{fp.get('cpu_model')} ({fp.get('cpu_count')} CPUs)"
+
+
 def _session_entry(b: Baseline) -> dict[str, Any]:
     machine = b.provenance.get("machine") or {}
     return {
@@ -316,7 +398,14 @@ def _session_entry(b: Baseline) -> dict[str, Any]:
     }
 
 
-def pool(new: Baseline, previous: Baseline, *, keep: int) -> Baseline:
+def pool(
+    new: Baseline,
+    previous: Baseline,
+    *,
+    keep: int,
+    what: str = "this refresh",
+    hint: str = "refresh with --perf-pool-sessions 1 to replace it; this run's record keeps its launches",
+) -> Baseline:
     """`new` (one refresh's launches) with `previous`'s sessions before it, the oldest dropped
     beyond `keep` sessions in all. Each point's figure is the geometric mean of the sessions'
     means, each session weighing the same, so one long refresh does not outweigh the others."""
@@ -326,16 +415,16 @@ def pool(new: Baseline, previous: Baseline, *, keep: int) -> Baseline:
         contexts=new.contexts,
         engine=new.provenance.get("engine"),
         launch_argv=new.provenance.get("launch_argv"),
+        machine=new.provenance.get("machine") or {},
     )
     for k in ("engine_version", "model"):
         if previous.provenance.get(k) != new.provenance.get(k):
             problems.append(f"{k} {previous.provenance.get(k)!r}, this run {new.provenance.get(k)!r}")
     if problems:
         raise ConfigError(
-            f"cannot pool this refresh with {previous.path or 'the stored baseline'}: "
+            f"cannot pool {what} with {previous.path or 'the stored baseline'}: "
             + "; ".join(problems)
-            + " (refresh with --perf-pool-sessions 1 to replace it; this run's record keeps its"
-            " launches)"
+            + f" ({hint})"
         )
     old_sessions = previous.sessions or [_session_entry(previous)]
     drop = max(0, len(old_sessions) + 1 - keep)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -237,6 +238,70 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0 if v.passed else 1
 
 
+def cmd_pool(args: argparse.Namespace) -> int:
+    """A baseline pooled over sessions from what they left: each --session is a baseline file
+    (all its sessions) or run records of the unchanged service on one machine and day. Written
+    atomically with a reason, the replaced file's entry kept in the history, as a refresh."""
+    from perftests import baseline as bl
+
+    if not args.reason or not args.reason.strip():
+        raise ConfigError('--reason: a pooled baseline needs a reason ("...")')
+    if len(args.session) < 2:
+        raise ConfigError("--session: pooling needs at least two sessions (oldest first)")
+    if args.keep is not None and args.keep < 2:
+        raise ConfigError(f"--keep: expected at least 2 sessions, got {args.keep}")
+    built: list[tuple[str, bl.Baseline]] = []
+    for i, files in enumerate(args.session):
+        label = " ".join(files)
+        yamls = [f for f in files if Path(f).suffix in (".yaml", ".yml")]
+        for f in files:
+            if not Path(f).is_file():
+                raise ConfigError(f"--session {label}: {f}: no such file")
+        if yamls:
+            if len(files) > 1:
+                raise ConfigError(f"--session {label}: a session is one baseline file, or run records (JSON)")
+            b = bl.load(Path(files[0]))
+            if i and b.session_count > 1:
+                raise ConfigError(
+                    f"--session {label}: a baseline of {b.session_count} sessions can only come"
+                    " first (the oldest)"
+                )
+        else:
+            b = bl.session_from_records(
+                [RunRecord.read(Path(f)) for f in files], files, include_failed=args.include_failed
+            )
+        built.append((label, b))
+    acc = built[0][1]
+    for label, b in built[1:]:
+        if b.hardware != acc.hardware:
+            raise ConfigError(
+                f"--session {label}: a baseline of {b.hardware!r}, the first session's {acc.hardware!r}"
+            )
+        acc = bl.pool(
+            b,
+            acc,
+            keep=args.keep or 1 << 30,
+            what=f"--session {label}",
+            hint="the sessions of one baseline are one service measured one way on one kind of machine",
+        )
+    out = Path(args.out)
+    old = None
+    try:
+        old = bl.load(out)
+    except FileNotFoundError:
+        pass
+    final = dataclasses.replace(
+        acc,
+        reason=args.reason.strip(),
+        created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        history=bl.history_after(old),
+    )
+    bl.save(final, out)
+    print(bl.diff_table(old, final))
+    print(f"baseline written: {out}")
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     """Re-render a saved record's reports: summary, JUnit, plot, Markdown (as a run writes them)."""
     records = [RunRecord.read(Path(p)) for p in args.records]
@@ -335,6 +400,33 @@ def build_parser() -> argparse.ArgumentParser:
         help="extra directory of profile YAML files",
     )
     c.set_defaults(fn=cmd_compare)
+
+    po = sub.add_parser(
+        "pool",
+        help="write a baseline pooled over sessions (machines or days) from baseline files and "
+        "run records of the unchanged service; with a reason, atomically, history kept",
+    )
+    po.add_argument(
+        "out", help="the baseline file to write (replaced atomically; its entry goes into the history)"
+    )
+    po.add_argument(
+        "--session",
+        nargs="+",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="one session, oldest first: a baseline YAML, or the run records (JSON) of one "
+        "machine and day, each a fresh launch or more; repeat for each session",
+    )
+    po.add_argument("--reason", required=True, help="why (recorded in the file)")
+    po.add_argument("--keep", type=int, help="keep the newest N sessions (default: all)")
+    po.add_argument(
+        "--include-failed",
+        action="store_true",
+        help="take records whose gate run failed (an A/A false alarm belongs in the spread; "
+        "a real regression does not)",
+    )
+    po.set_defaults(fn=cmd_pool)
 
     r = sub.add_parser("report", help="re-render the reports of saved run records")
     r.add_argument("records", nargs="+", help="run record JSON files")

@@ -224,6 +224,7 @@ def resolve(
             contexts=settings.contexts,
             engine=profile.service.engine,
             launch_argv=list(launch.argv) if launch and not attached else None,
+            machine=fingerprint(),
         )
         if problems:
             raise ConfigError(

@@ -9,7 +9,6 @@ the second lease against the first and third pooled. Prints a Markdown table.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from pathlib import Path
 
 from perftests import baseline as bl
@@ -28,17 +27,11 @@ LEASES = {  # lease -> its unchanged 7B runs (one launch each) and its refresh, 
 CHANGED = {"2 (12-04 pm)": [D / f"2026-12-04-lease2/records/l34-{i}.json" for i in range(1, 6)]}
 
 
-def session(paths: list[Path], reason: str) -> bl.Baseline:
-    """One lease's launches as one refresh would have stored them."""
+def session(paths: list[Path]) -> bl.Baseline:
+    """One lease's launches as one refresh would have stored them (`perftests pool` builds the
+    same); its A/A false alarms at the tolerance of their day are part of its spread."""
     recs = [RunRecord.read(p) for p in paths]
-    points, readings, n = [], [], 0
-    for r in recs:
-        remap = {old: n + i for i, old in enumerate(sorted({p.launch for p in r.points}))}
-        points += [dataclasses.replace(p, launch=remap[p.launch]) for p in r.points]
-        readings += [dataclasses.replace(x, launch=remap[x.launch]) for x in r.control if x.launch in remap]
-        n += len(remap)
-    merged = dataclasses.replace(recs[0], points=points, control=readings, errors=[], launches=[])
-    return bl.from_record(merged, reason=reason)
+    return bl.session_from_records(recs, [p.name for p in paths], include_failed=True)
 
 
 def judge(
@@ -72,7 +65,7 @@ def main() -> None:
     args = ap.parse_args()
     d = profiles.load("h200-llamacpp-7b", []).defaults
     tol = args.tolerance or d.tolerance
-    sessions = {k: session(v, f"lease {k}") for k, v in LEASES.items()}
+    sessions = {k: session(v) for k, v in LEASES.items()}
     print(
         f"tolerance {tol:.0%}, launch_noise {d.launch_noise:.1%}, session_noise "
         f"{(d.session_noise or d.launch_noise):.1%} (the 7B profile's)\n"

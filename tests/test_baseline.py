@@ -217,6 +217,12 @@ def session(level: float, created: str, *, sd: float = 0.01, k: int = 5) -> bl.B
         "model": "target.gguf",
         "launch_argv": ["{llama_server}", "--model", "{model:target}"],
         "commit": created,
+        "machine": {
+            "hostname": "vm",
+            "cpu_model": "Xeon",
+            "cpu_count": 16,
+            "gpus": [{"name": "NVIDIA H200"}],
+        },
     }
     b.settings = {
         "short_tokens": 8,
@@ -269,6 +275,22 @@ def test_a_refresh_of_another_service_or_measure_is_not_pooled(change, needle):
     with pytest.raises(ConfigError, match="cannot pool") as e:
         bl.pool(new, session(1.0, "2026-12-01"), keep=3)
     assert needle in str(e.value)
+
+
+def test_sessions_pool_across_machines_of_one_kind_of_card_only():
+    old = session(1.0, "2026-12-01")
+    other_cpu = session(0.99, "2026-12-02")
+    other_cpu.provenance["machine"] = {**old.provenance["machine"], "cpu_model": "EPYC", "cpu_count": 32}
+    assert bl.pool(other_cpu, old, keep=3).session_count == 2  # the GPU serves: its CPU may differ
+    h100 = session(0.99, "2026-12-02")
+    h100.provenance["machine"] = {**old.provenance["machine"], "gpus": [{"name": "NVIDIA H100 80GB HBM3"}]}
+    with pytest.raises(ConfigError, match="measured on NVIDIA H200, this run on NVIDIA H100 80GB HBM3"):
+        bl.pool(h100, old, keep=3)
+    cpu_only = {"cpu_model": "Xeon", "cpu_count": 2, "gpus": []}
+    a, b = session(1.0, "2026-12-01"), session(0.99, "2026-12-02")
+    a.provenance["machine"], b.provenance["machine"] = cpu_only, {**cpu_only, "cpu_count": 4}
+    with pytest.raises(ConfigError, match=r"Xeon \(2 CPUs\), this run on Xeon \(4 CPUs\)"):
+        bl.pool(b, a, keep=3)  # no GPU: the CPU serves, and is the hardware
 
 
 def test_a_bad_launch_session_names_the_field(tmp_path):

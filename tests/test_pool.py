@@ -1,0 +1,85 @@
+"""`perftests pool`: a baseline pooled over sessions from the run records that three H200 leases
+left in docs/gpu-validation/ (real runs of the 7B profile) and a fourth lease's, on an H100."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from perftests import baseline as bl
+from perftests.cli import main
+
+D = Path(__file__).resolve().parent.parent / "docs" / "gpu-validation"
+LEASE1 = [D / "7b/records/refresh.json", *(D / f"7b/records/aa-{i}.json" for i in range(1, 11))]
+LEASE2 = [D / f"2026-12-04-lease2/records/xaa-{i}.json" for i in range(1, 4)]  # xaa-2 failed at 3%
+LEASE3 = [D / f"2026-12-05-lease3/records/xaa-{i}.json" for i in range(1, 6)]
+H100 = [D / f"2026-12-07-lease6/records/xaa-{i}.json" for i in range(1, 3)]
+
+
+def medians(paths: list[Path], ctx: int) -> list[float]:
+    """The kept launches' medians at `ctx`, read from the JSON as written (not via the package)."""
+    out = []
+    for p in paths:
+        d = json.loads(p.read_text())
+        dropped = {x["index"] for x in d["launches"] if x.get("discarded")}
+        out += [
+            x["summary"]["tps"]["median"]
+            for x in d["points"]
+            if x["context"] == ctx and x["launch"] not in dropped
+        ]
+    return out
+
+
+def gm(xs: list[float]) -> float:
+    return math.exp(sum(map(math.log, xs)) / len(xs))
+
+
+def pool(out: Path, *sessions: list[Path], extra: tuple[str, ...] = ()) -> int:
+    argv = ["pool", str(out), "--reason", "three leases pooled", *extra]
+    for s in sessions:
+        argv += ["--session", *map(str, s)]
+    return main(argv)
+
+
+def test_three_leases_pool_into_one_baseline_each_lease_weighing_the_same(tmp_path, capsys):
+    out = tmp_path / "h200-llamacpp-7b.yaml"
+    shutil.copy(Path(__file__).resolve().parent.parent / "baselines/h200-llamacpp-7b.yaml", out)
+    before = bl.load(out)
+    assert pool(out, LEASE1, LEASE2, LEASE3, extra=("--include-failed",)) == 0
+    b = bl.load(out)
+    assert b.session_count == 3 and b.reason == "three leases pooled"
+    assert [s["launches"] for s in b.sessions] == [15, 3, 5]
+    assert [s["created"][:10] for s in b.sessions] == ["2026-12-04", "2026-12-04", "2026-12-05"]
+    for ctx in (64, 4096, 16384):
+        p = b.point(ctx)
+        assert p is not None and p.launch_session == (0,) * 15 + (1,) * 3 + (2,) * 5
+        want = gm([gm(medians(s, ctx)) for s in (LEASE1, LEASE2, LEASE3)])
+        assert p.tps == pytest.approx(want, rel=1e-5)  # the mean of the leases', not of 23 launches
+    # the replaced file is the first entry of the history, as after a refresh
+    assert b.history[0]["created"] == before.created and b.history[0]["reason"] == before.reason
+    assert "pooled: 3 sessions" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "sessions, extra, needle",
+    [
+        ((LEASE1, LEASE2), (), "xaa-2.json: cannot go into a baseline: its outcome is 'regression'"),
+        ((LEASE1, H100), (), "measured on NVIDIA H200, this run on NVIDIA H100 80GB HBM3"),
+        ((LEASE1, [LEASE3[0], H100[0]]), (), "xaa-1.json: not of one session with"),
+        ((LEASE1,), (), "at least two sessions"),
+        ((LEASE1, [D / "7b/records/missing.json"]), (), "missing.json: no such file"),
+        ((LEASE1, [D / "7b/records/layer33.json"]), (), "launch argv"),
+    ],
+    ids=["failed-run", "other-card", "two-machines-one-session", "one-session", "no-file", "other-service"],
+)
+def test_what_cannot_be_pooled_is_named_and_the_old_file_stays(tmp_path, capsys, sessions, extra, needle):
+    out = tmp_path / "b.yaml"
+    shutil.copy(Path(__file__).resolve().parent.parent / "baselines/h200-llamacpp-7b.yaml", out)
+    old = out.read_bytes()
+    assert pool(out, *sessions, extra=extra) == 2
+    assert needle in capsys.readouterr().err
+    assert out.read_bytes() == old
