@@ -688,9 +688,9 @@ def save(baseline: Baseline, path: Path) -> None:
     """Atomically replace `path`: readers see the old file or the new one, never part of one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     text = (
-        "# perftests baseline: written by `pytest perftests --update-baselines --reason ...`.\n"
-        "# Do not edit by hand; refresh it so the reason and provenance are recorded.\n"
-        + yaml.safe_dump(baseline.to_dict(), sort_keys=False, width=100)
+        "# perftests baseline: written by `pytest perftests --update-baselines --reason ...`\n"
+        "# (or `perftests baseline pool`). Do not edit by hand; refresh it so the reason and provenance\n"
+        "# are recorded.\n" + yaml.safe_dump(baseline.to_dict(), sort_keys=False, width=100)
     )
     lock = _lock(path)
     try:

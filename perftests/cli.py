@@ -401,7 +401,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.set_defaults(fn=cmd_compare)
 
-    po = sub.add_parser(
+    r = sub.add_parser("report", help="re-render the reports of saved run records")
+    r.add_argument("records", nargs="+", help="run record JSON files")
+    r.add_argument("--junit", help="write JUnit XML here")
+    r.add_argument("--plot", help="write the PNG plot here")
+    r.add_argument("--markdown", help="write the Markdown summary here")
+    r.set_defaults(fn=cmd_report)
+    bsub = triage_cli.add(sub, {"metavar": "DIR", "help": "extra directory of profile YAML files"})
+    po = bsub.add_parser(
         "pool",
         help="write a baseline pooled over sessions (machines or days) from baseline files and "
         "run records of the unchanged service; with a reason, atomically, history kept",
@@ -427,14 +434,6 @@ def build_parser() -> argparse.ArgumentParser:
         "a real regression does not)",
     )
     po.set_defaults(fn=cmd_pool)
-
-    r = sub.add_parser("report", help="re-render the reports of saved run records")
-    r.add_argument("records", nargs="+", help="run record JSON files")
-    r.add_argument("--junit", help="write JUnit XML here")
-    r.add_argument("--plot", help="write the PNG plot here")
-    r.add_argument("--markdown", help="write the Markdown summary here")
-    r.set_defaults(fn=cmd_report)
-    triage_cli.add(sub, {"metavar": "DIR", "help": "extra directory of profile YAML files"})
     return ap
 
 

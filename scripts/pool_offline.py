@@ -28,7 +28,7 @@ CHANGED = {"2 (12-04 pm)": [D / f"2026-12-04-lease2/records/l34-{i}.json" for i 
 
 
 def session(paths: list[Path]) -> bl.Baseline:
-    """One lease's launches as one refresh would have stored them (`perftests pool` builds the
+    """One lease's launches as one refresh would have stored them (`perftests baseline pool` builds the
     same); its A/A false alarms at the tolerance of their day are part of its spread."""
     recs = [RunRecord.read(p) for p in paths]
     return bl.session_from_records(recs, [p.name for p in paths], include_failed=True)

@@ -1,4 +1,4 @@
-"""`perftests pool`: a baseline pooled over sessions from the run records that three H200 leases
+"""`perftests baseline pool`: a baseline pooled over sessions from the run records that three H200 leases
 left in docs/gpu-validation/ (real runs of the 7B profile) and a fourth lease's, on an H100."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def gm(xs: list[float]) -> float:
 
 
 def pool(out: Path, *sessions: list[Path], extra: tuple[str, ...] = ()) -> int:
-    argv = ["pool", str(out), "--reason", "three leases pooled", *extra]
+    argv = ["baseline", "pool", str(out), "--reason", "three leases pooled", *extra]
     for s in sessions:
         argv += ["--session", *map(str, s)]
     return main(argv)

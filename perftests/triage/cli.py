@@ -155,9 +155,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return EXIT.get(kind, 1)
 
 
-def add(sub: Any, profile_dir: dict[str, Any]) -> None:
-    """Register `baseline` and `explain` on the `perftests` parser."""
-    b = sub.add_parser("baseline", help="baselines measured elsewhere: import a curve, compare two hardwares")
+def add(sub: Any, profile_dir: dict[str, Any]) -> Any:
+    """Register `baseline` and `explain` on the `perftests` parser; returns `baseline`'s
+    subparsers (the measured ones' commands are added beside these)."""
+    b = sub.add_parser(
+        "baseline",
+        help="baseline files: import a curve measured elsewhere, compare two hardwares, pool sessions",
+    )
     bsub = b.add_subparsers(dest="baseline_cmd", required=True)
     i = bsub.add_parser(
         "import",
@@ -188,6 +192,11 @@ def add(sub: Any, profile_dir: dict[str, Any]) -> None:
     c.add_argument("--profile-dir", action="append", default=[], **profile_dir)
     c.set_defaults(fn=cmd_compare)
 
+    _add_explain(sub, profile_dir)
+    return bsub
+
+
+def _add_explain(sub: Any, profile_dir: dict[str, Any]) -> None:
     e = sub.add_parser(
         "explain",
         help="triage a reported figure against this hardware's curve, or another's carried over; no run",
