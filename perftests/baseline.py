@@ -346,7 +346,7 @@ def pool_problems(
 ) -> list[str]:
     """Why `previous`'s launches cannot be pooled with a run measured as given: pooled launches
     must be the same service measured the same way, only on another machine of the same kind
-    (the gate refuses to judge across kinds) or another day."""
+    (the machine control ends a run across kinds MACHINE DIFFERS) or another day."""
     out = []
     if machine is not None and not previous.provenance.get("machine"):
         out.append("its provenance records no machine")
