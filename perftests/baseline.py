@@ -14,6 +14,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,8 @@ from perftests.machine import hardware_key
 from perftests.scaling import ScalingModel, fit_curve, split_band
 
 if TYPE_CHECKING:
+    from perftests.control.readings import Reading
+    from perftests.measure import Point
     from perftests.record import RunRecord
 
 SCHEMA = "perftests.baseline/2"
@@ -268,9 +271,21 @@ def history_after(previous: Baseline | None) -> list[dict[str, Any]]:
     return [entry, *previous.history][:HISTORY_KEEP]
 
 
-# Outcomes whose launches are not taken into a session unless asked: a real regression's would
-# move the curve, a broken run's are not figures of the service.
+# Outcomes whose launches are not taken into a session: a broken run's (or a busy or other
+# machine's) are not figures of the service; a regression's only when asked (--include-failed:
+# an A/A false alarm is part of the spread, a real regression's launches would move the curve).
 NOT_UNCHANGED = ("regression", "invalid measurement", "run error", "machine")
+# Records further apart than this are two sessions, not one: a lease of the lent GPU lasts at
+# most 30 minutes and a refresh job minutes, while leases of one day were 3 hours apart.
+SESSION_GAP_S = 2 * 3600
+
+
+def created_at(text: str | None) -> datetime | None:
+    """A record's or baseline's `created` as a time (None if it is not in the written form)."""
+    try:
+        return datetime.strptime(text or "", "%Y-%m-%dT%H:%M:%S%z")
+    except ValueError:
+        return None
 
 
 def session_from_records(
@@ -291,11 +306,15 @@ def session_from_records(
             why = "it attached to a running service: its rounds are not launches"
         elif r.errors:
             why = f"it has errors ({r.errors[0]})"
-        elif r.outcome and r.outcome.kind.value in NOT_UNCHANGED and not include_failed:
-            why = (
-                f"its outcome is {r.outcome.kind.value!r}: a failed or broken run's launches are not"
-                " the unchanged service's (--include-failed takes an A/A false alarm anyway)"
-            )
+        elif r.outcome and r.outcome.kind.value in NOT_UNCHANGED:
+            kind = r.outcome.kind.value
+            if kind != "regression":
+                why = f"its outcome is {kind!r}: its launches are not figures of the service"
+            elif not include_failed:
+                why = (
+                    "its outcome is 'regression': a failed run's launches are not the unchanged"
+                    " service's (--include-failed takes an A/A false alarm anyway)"
+                )
         elif not r.points:
             why = "it has no kept launch"
         if why:
@@ -317,7 +336,16 @@ def session_from_records(
                 diffs.append(f"{label} {b!r}, {n0} {a!r}")
         if diffs:
             raise ConfigError(f"{name}: not of one session with {n0}: " + "; ".join(diffs))
-    points, readings, n = [], [], 0
+    timed = sorted((t, name) for r, name in zip(records, names, strict=True) if (t := created_at(r.created)))
+    for (t0, earlier), (t1, later) in zip(timed, timed[1:], strict=False):
+        if (t1 - t0).total_seconds() > SESSION_GAP_S:
+            raise ConfigError(
+                f"{later}: made {(t1 - t0).total_seconds() / 3600:.1f} h after {earlier}: records more than "
+                f"{SESSION_GAP_S // 3600} h apart are two sessions (give each its own --session)"
+            )
+    points: list[Point] = []
+    readings: list[Reading] = []
+    n = 0
     for r in records:
         kept = sorted({p.launch for p in r.points})
         remap = {old: n + i for i, old in enumerate(kept)}
@@ -326,8 +354,8 @@ def session_from_records(
         n += len(kept)
     merged = dataclasses.replace(first, points=points, control=readings, errors=[], launches=[])
     b = from_record(merged, reason=f"{n} launches from run records: " + ", ".join(names))
-    # the session's date is its launches', not today's
-    return dataclasses.replace(b, created=first.created)
+    # the session's date is its first launches', not today's
+    return dataclasses.replace(b, created=min((r.created for r in records), key=lambda c: created_at(c) or c))
 
 
 # -- pooling sessions ----------------------------------------------------------------------
@@ -404,6 +432,7 @@ def pool(
     *,
     keep: int,
     what: str = "this refresh",
+    against: str | None = None,
     hint: str = "refresh with --perf-pool-sessions 1 to replace it; this run's record keeps its launches",
 ) -> Baseline:
     """`new` (one refresh's launches) with `previous`'s sessions before it, the oldest dropped
@@ -415,14 +444,18 @@ def pool(
         contexts=new.contexts,
         engine=new.provenance.get("engine"),
         launch_argv=new.provenance.get("launch_argv"),
-        machine=new.provenance.get("machine") or {},
+        machine=new.provenance.get("machine"),
     )
+    if not new.provenance.get("machine"):
+        problems.append("this run records no machine")
+    if new.provisional or new.provenance.get("imported"):
+        problems.append("this run is provisional or imported, not launches measured by this tool")
     for k in ("engine_version", "model"):
         if previous.provenance.get(k) != new.provenance.get(k):
             problems.append(f"{k} {previous.provenance.get(k)!r}, this run {new.provenance.get(k)!r}")
     if problems:
         raise ConfigError(
-            f"cannot pool {what} with {previous.path or 'the stored baseline'}: "
+            f"cannot pool {what} with {against or previous.path or 'the stored baseline'}: "
             + "; ".join(problems)
             + f" ({hint})"
         )

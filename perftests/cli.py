@@ -261,6 +261,10 @@ def cmd_pool(args: argparse.Namespace) -> int:
             if len(files) > 1:
                 raise ConfigError(f"--session {label}: a session is one baseline file, or run records (JSON)")
             b = bl.load(Path(files[0]))
+            if b.provisional or b.provenance.get("imported"):
+                raise ConfigError(
+                    f"--session {label}: a provisional or imported curve, not launches measured by this tool"
+                )
             if i and b.session_count > 1:
                 raise ConfigError(
                     f"--session {label}: a baseline of {b.session_count} sessions can only come"
@@ -271,25 +275,44 @@ def cmd_pool(args: argparse.Namespace) -> int:
                 [RunRecord.read(Path(f)) for f in files], files, include_failed=args.include_failed
             )
         built.append((label, b))
-    acc = built[0][1]
+    acc, before = built[0][1], [built[0][0]]
     for label, b in built[1:]:
         if b.hardware != acc.hardware:
             raise ConfigError(
                 f"--session {label}: a baseline of {b.hardware!r}, the first session's {acc.hardware!r}"
+            )
+        newest = (acc.sessions[-1].get("created") if acc.sessions else None) or acc.created
+        t_new, t_old = bl.created_at(b.created), bl.created_at(newest)
+        if t_new and t_old and t_new < t_old:
+            # --keep drops by position: a session out of order would drop the wrong one
+            raise ConfigError(
+                f"--session {label}: made {b.created}, before the session ahead of it ({newest}):"
+                " give the sessions oldest first"
             )
         acc = bl.pool(
             b,
             acc,
             keep=args.keep or 1 << 30,
             what=f"--session {label}",
+            against="; ".join(f"--session {x}" for x in before),
             hint="the sessions of one baseline are one service measured one way on one kind of machine",
         )
+        before.append(label)
     out = Path(args.out)
     old = None
     try:
         old = bl.load(out)
     except FileNotFoundError:
         pass
+    if old is not None and old.hardware != acc.hardware:
+        raise ConfigError(
+            f"{out}: holds the baseline of {old.hardware!r}, not {acc.hardware!r}: write elsewhere"
+        )
+    if old is not None and (old.provisional or old.provenance.get("imported")):
+        raise ConfigError(
+            f"{out}: holds a provisional or imported curve; pooled launches go to a measured baseline"
+            " (write elsewhere, or remove it first)"
+        )
     final = dataclasses.replace(
         acc,
         reason=args.reason.strip(),

@@ -83,3 +83,36 @@ def test_what_cannot_be_pooled_is_named_and_the_old_file_stays(tmp_path, capsys,
     assert pool(out, *sessions, extra=extra) == 2
     assert needle in capsys.readouterr().err
     assert out.read_bytes() == old
+
+
+def test_one_session_is_one_lease_and_sessions_come_oldest_first(tmp_path, capsys):
+    out = tmp_path / "b.yaml"
+    # leases 2 and 3 share host name, CPU, driver, engine and model: only their dates tell them apart
+    assert pool(out, LEASE1, [*LEASE2, *LEASE3], extra=("--include-failed",)) == 2
+    err = capsys.readouterr().err
+    assert "xaa-1.json: made" in err and "h after" in err and "are two sessions" in err
+    assert pool(out, LEASE1, LEASE3, LEASE2, extra=("--include-failed",)) == 2
+    assert "give the sessions oldest first" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_a_pooled_file_goes_first_and_keep_drops_the_oldest(tmp_path, capsys):
+    first = tmp_path / "two.yaml"
+    assert pool(first, LEASE1, LEASE2, extra=("--include-failed",)) == 0  # a new file: no history
+    assert bl.load(first).history == []
+    out = tmp_path / "kept.yaml"
+    assert pool(out, [first], LEASE3, extra=("--keep", "2")) == 0
+    b = bl.load(out)
+    assert [s["launches"] for s in b.sessions] == [3, 5]  # lease 1 dropped, lease 2 and 3 kept
+    p = b.point(16384)
+    assert p is not None and p.tps == pytest.approx(
+        gm([gm(medians(LEASE2, 16384)), gm(medians(LEASE3, 16384))]), rel=1e-4
+    )
+    capsys.readouterr()
+    # a file of several sessions only as the oldest; the file written over must be the same hardware's
+    assert pool(tmp_path / "x.yaml", LEASE1, [first]) == 2
+    assert "can only come first" in capsys.readouterr().err
+    other = tmp_path / "tiny.yaml"
+    shutil.copy(Path(__file__).resolve().parent.parent / "baselines/h200-llamacpp.yaml", other)
+    assert pool(other, LEASE1, LEASE3) == 2
+    assert "holds the baseline of 'h200-llamacpp', not 'h200-llamacpp-7b'" in capsys.readouterr().err
