@@ -336,8 +336,10 @@ def session_from_records(
                 diffs.append(f"{label} {b!r}, {n0} {a!r}")
         if diffs:
             raise ConfigError(f"{name}: not of one session with {n0}: " + "; ".join(diffs))
-    timed = sorted((t, name) for r, name in zip(records, names, strict=True) if (t := created_at(r.created)))
-    for (t0, earlier), (t1, later) in zip(timed, timed[1:], strict=False):
+    timed = sorted(
+        (t, name, r.created) for r, name in zip(records, names, strict=True) if (t := created_at(r.created))
+    )
+    for (t0, earlier, _), (t1, later, _) in zip(timed, timed[1:], strict=False):
         if (t1 - t0).total_seconds() > SESSION_GAP_S:
             raise ConfigError(
                 f"{later}: made {(t1 - t0).total_seconds() / 3600:.1f} h after {earlier}: records more than "
@@ -355,7 +357,7 @@ def session_from_records(
     merged = dataclasses.replace(first, points=points, control=readings, errors=[], launches=[])
     b = from_record(merged, reason=f"{n} launches from run records: " + ", ".join(names))
     # the session's date is its first launches', not today's
-    return dataclasses.replace(b, created=min((r.created for r in records), key=lambda c: created_at(c) or c))
+    return dataclasses.replace(b, created=timed[0][2] if timed else first.created)
 
 
 # -- pooling sessions ----------------------------------------------------------------------

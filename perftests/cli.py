@@ -260,11 +260,7 @@ def cmd_pool(args: argparse.Namespace) -> int:
         if yamls:
             if len(files) > 1:
                 raise ConfigError(f"--session {label}: a session is one baseline file, or run records (JSON)")
-            b = bl.load(Path(files[0]))
-            if b.provisional or b.provenance.get("imported"):
-                raise ConfigError(
-                    f"--session {label}: a provisional or imported curve, not launches measured by this tool"
-                )
+            b = bl.load(Path(files[0]))  # provisional or imported: refused by bl.pool, named
             if i and b.session_count > 1:
                 raise ConfigError(
                     f"--session {label}: a baseline of {b.session_count} sessions can only come"
