@@ -43,6 +43,9 @@
 # Its second machine (an H100 again): pool7b, the first machine's 7B baseline carried
 # (POOL7B_FROM) and 5 launches of this machine pooled as two sessions, then A/A runs against it:
 # PLAN_OTHER="setup pool7b xaa:3" POOL7B_FROM=.carry/h100-7b-lease6.yaml L34=0 SMALL_MODELS=
+# A third H100 (2026-12-07 late morning): the A/A across H100 leases, xaa against the first H100
+# lease's carried baseline (carry7b), then 34 layers against it:
+# PLAN_OTHER="setup carry7b xaa:12 l34:3" POOL7B_FROM=.carry/h100-7b-lease6.yaml
 # The stages must follow each other on one warm machine (build, models, baseline in /tmp).
 # Each device stage stops starting gate runs when fewer than the seconds a run needs are left
 # before $STAGE_S (default 570; the device tool's limit is 600 per call).
@@ -627,6 +630,8 @@ lease2() {
     tiny:*) l2_tiny "${task#*:}" ;;
     tinypool) l2_tinypool ;;
     pool7b) l2_pool7b ;;
+    carry7b)  # A/A across leases of this card: xaa judges against an earlier lease's carried baseline
+      [ -f "${POOL7B_FROM:-}" ] && [ ! -f "$LEASE7B" ] && cp -f "$POOL7B_FROM" "$LEASE7B" ;;
     esac
   done
   { nvidia-smi -q -d CLOCK,POWER,TEMPERATURE; } >> "$OUT/nvidia-smi-end.txt" 2>&1
