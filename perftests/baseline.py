@@ -415,6 +415,44 @@ def _serving_hardware(fp: dict[str, Any]) -> str:
     return f"{fp.get('cpu_model')} ({fp.get('cpu_count')} CPUs)"
 
 
+def variants(path: Path) -> list[Path]:
+    """The machine variants stored beside a profile's baseline: `<stem>@<name>.yaml`, the same
+    hardware profile's curve made on another kind of machine (a CI pool of two VM types)."""
+    return sorted(path.parent.glob(f"{path.stem}@*.yaml")) if path.parent.is_dir() else []
+
+
+def for_machine(path: Path, hardware: str, machine: dict[str, Any]) -> tuple[Path, str | None]:
+    """The file a run on `machine` is judged against: the profile's baseline `path`, unless its
+    recorded machine is not this one (hardware_key: CPU model and count, GPUs and driver) and a
+    variant beside it (variants()) was made on one that is. Returns the file and, for a variant,
+    a line saying why it was chosen. A variant of another hardware profile is an error, by name."""
+    found = variants(path)
+    if not found:
+        return path, None
+    want = hardware_key(machine)
+
+    def made_here(b: Baseline) -> bool:
+        return bool(b.provenance.get("machine")) and hardware_key(b.provenance["machine"]) == want
+
+    default = load(path) if path.exists() else None
+    if default is not None and made_here(default):
+        return path, None
+    for v in found:
+        b = load(v)
+        if b.hardware != hardware:
+            raise ConfigError(
+                f"{v}: a baseline of {b.hardware!r} named as a machine variant of {path.name} "
+                f"(the baseline of {hardware!r}): rename or remove it"
+            )
+        if made_here(b) and not b.provenance.get("imported") and not b.provisional:
+            other = _serving_hardware(default.provenance.get("machine") or {}) if default else None
+            return v, (
+                f"baseline {v.name}: made on a machine like this one ({_serving_hardware(machine)})"
+                + (f"; {path.name} was made on {other}" if other else f"; there is no {path.name}")
+            )
+    return path, None
+
+
 def _session_entry(b: Baseline) -> dict[str, Any]:
     machine = b.provenance.get("machine") or {}
     return {

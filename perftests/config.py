@@ -66,6 +66,7 @@ class RunConfig:
     log_dir: Path = Path(".perftests/logs")
     target: str = ""  # label of this service when a run measures several
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    notes: tuple[str, ...] = field(default_factory=tuple)  # said, not warned: which baseline, why
     shape_noise: float = 0.05  # prior sd of a within-launch quotient (profiles.GateDefaults)
     pool_sessions: int = 1  # sessions a refresh keeps, itself included (1: replace)
     session_noise: float = 0.05  # prior between-session sd beside a pooled baseline's
@@ -192,11 +193,20 @@ def resolve(
     )
     api_key_from_env(v.get("api_key_env") or profile.service.api_key_env)  # set, or say so now
     api_key_from_env(profile.service.admin_api_key_env)
+    warnings: list[str] = []
+    notes: list[str] = []
     if v.get("baseline"):
         path = Path(v["baseline"])
     else:
         path = profile.baseline_path(project_root(root))
-    warnings: list[str] = []
+        if mode != "ab":
+            # A machine variant made on this kind of machine, where the profile's file was made
+            # on another: a CI pool of two VM types keeps one curve per type.
+            try:
+                path, why = bl.for_machine(path, profile.name, fingerprint())
+            except ConfigError as e:
+                raise ConfigError(f"baseline: {e}") from None
+            notes += [why] if why else []
     stored = None if mode == "ab" else _load_baseline(path, "baseline")
     if v.get("baseline") and stored is None and not update and mode == "sweep":
         raise ConfigError(f"--perf-baseline: no such file {path}")
@@ -210,7 +220,8 @@ def resolve(
     if stored is None and provisional is None and mode == "gate" and not update:
         raise ConfigError(missing_baseline(profile, path))
     if stored is not None and not update:
-        warnings += _check_against(stored, path, settings, d.fingerprint_mismatch)
+        hint = None if v.get("baseline") else variant_hint(profile.name, path)
+        warnings += _check_against(stored, path, settings, d.fingerprint_mismatch, hint)
     pool = _nonneg(v, "pool_sessions", "--perf-pool-sessions", d.pool_sessions, positive=True)
     if v.get("pool_sessions") is not None and not update:
         raise ConfigError("--perf-pool-sessions: only with --update-baselines (it says what a refresh keeps)")
@@ -251,13 +262,25 @@ def resolve(
         api_key_env=v.get("api_key_env"),
         log_dir=Path(v.get("log_dir") or ".perftests/logs"),
         warnings=tuple(warnings),
+        notes=tuple(notes),
         pool_sessions=pool if update else 1,
         session_noise=d.session_noise if d.session_noise is not None else d.launch_noise,
     )
     return cfg
 
 
-def _check_against(b: bl.Baseline, path: Path, s: Settings, policy: str) -> list[str]:
+def variant_hint(hw: str, path: Path) -> str:
+    """How to give this kind of machine a curve of its own beside the profile's."""
+    return (
+        f"To gate on this kind of machine, make it a baseline beside that one: pytest perftests "
+        f"--hw {hw} --update-baselines --perf-baseline {path.parent / (path.stem + '@NAME.yaml')} "
+        f'--reason "..."; runs on a machine like this one then judge against it.'
+    )
+
+
+def _check_against(
+    b: bl.Baseline, path: Path, s: Settings, policy: str, hint: str | None = None
+) -> list[str]:
     """The fingerprint policy and the measuring settings, against the stored baseline."""
     out = []
     diffs = b.fingerprint_differences(fingerprint())
@@ -266,6 +289,7 @@ def _check_against(b: bl.Baseline, path: Path, s: Settings, policy: str) -> list
             f"THIS MACHINE IS NOT THE BASELINE'S ({path}): "
             + "; ".join(diffs)
             + ". Figures may differ for that reason alone."
+            + (f" {hint}" if hint else "")
         )
         if policy == "fail":
             raise ConfigError(msg + " The profile sets fingerprint_mismatch: fail.")

@@ -68,6 +68,8 @@ class GateRun:
         self.url = ""
         for w in config.warnings:
             self._note(w)
+        for n in config.notes:
+            self.progress(n)
         if config.attached and config.launches > 1:
             self._note(
                 f"attached to a running service: its {config.launches} 'launches' are "

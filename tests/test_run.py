@@ -205,6 +205,59 @@ def test_fingerprint_fail_policy_is_refused_in_every_front_end(tmp_path):
             )
 
 
+def test_a_machine_variant_beside_the_baseline_judges_a_run_on_its_kind_of_machine(tmp_path):
+    """baselines/unit.yaml made on another machine, baselines/unit@here.yaml on this one: a run
+    without --perf-baseline is judged against the variant and says why; without a matching
+    variant it is the profile's file, with the way to make one; a variant of another profile
+    is an error naming it."""
+    from perftests.machine import fingerprint
+
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "baselines").mkdir()
+    d = profile_dir(tmp_path)
+    values = {"hw": "unit", "profile_dir": [str(d)]}
+    other = {"cpu_model": "Other CPU", "cpu_count": 512, "gpus": []}
+    elsewhere = make_baseline(CURVE, launch_sd=0.02, name="unit")
+    elsewhere.provenance = {"machine": other}
+    bl.save(elsewhere, tmp_path / "baselines/unit.yaml")
+    cfg = resolve(values, tmp_path)
+    assert cfg.baseline_path == tmp_path / "baselines/unit.yaml" and not cfg.notes
+    hint = next(w for w in cfg.warnings if "NOT THE BASELINE'S" in w)
+    assert "--update-baselines --perf-baseline" in hint and "unit@NAME.yaml" in hint
+
+    here = make_baseline({c: t * 0.5 for c, t in CURVE.items()}, launch_sd=0.02, name="unit")
+    here.provenance = {"machine": fingerprint()}
+    bl.save(here, tmp_path / "baselines/unit@here.yaml")
+    bl.save(elsewhere, tmp_path / "baselines/unit@other.yaml")  # matches nothing here: skipped
+    cfg = resolve(values, tmp_path)
+    assert cfg.baseline_path == tmp_path / "baselines/unit@here.yaml"
+    assert cfg.baseline is not None and cfg.baseline.point(64).tps == pytest.approx(450.0)
+    assert not any("NOT THE BASELINE'S" in w for w in cfg.warnings)
+    (note,) = cfg.notes
+    assert note.startswith("baseline unit@here.yaml: made on a machine like this one")
+    assert "unit.yaml was made on Other CPU (512 CPUs)" in note
+    run = GateRun(dataclasses.replace(cfg, control=False))
+    run.points = [point(c, t * 0.5) for c, t in CURVE.items()]  # this machine's level: a pass
+    assert run.conclude().kind is OutcomeKind.PASS
+    # a refresh on this machine rewrites the variant, not the other machine's file
+    assert resolve({**values, "update_baselines": True, "reason": "r"}, tmp_path).baseline_path.name == (
+        "unit@here.yaml"
+    )
+    # --perf-baseline names the file: no choosing
+    assert resolve({**values, "baseline": str(tmp_path / "baselines/unit.yaml")}, tmp_path).notes == ()
+    # the profile's own file made here wins over a variant
+    bl.save(here, tmp_path / "baselines/unit.yaml")
+    assert resolve(values, tmp_path).baseline_path == tmp_path / "baselines/unit.yaml"
+    stray = make_baseline(CURVE, name="pro6000")
+    stray.provenance = {"machine": other}
+    bl.save(elsewhere, tmp_path / "baselines/unit.yaml")
+    bl.save(stray, tmp_path / "baselines/unit@0stray.yaml")
+    with pytest.raises(
+        ConfigError, match=r"unit@0stray.yaml: a baseline of 'pro6000' named as a machine variant"
+    ):
+        resolve(values, tmp_path)
+
+
 def test_cold_cache_on_an_adapter_that_cannot_verify_it_is_refused(tmp_path):
     d = profile_dir(tmp_path, engine="openai")
     stored_baseline(tmp_path)

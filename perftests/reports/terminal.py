@@ -259,13 +259,16 @@ def summary(record: RunRecord, *, baseline_label: str | None = None) -> list[Lin
     if o is not None and o.kind.value == "machine":
         out.append(("", ""))
         out += [("bad", line) for x in (o.headline, *o.lines) for line in wrap(x)]
-        out.append(
-            (
-                "",
-                "the figures above were measured but not judged: re-run on a quiet machine,"
-                " or refresh the baseline on this one (--update-baselines --reason ...)",
+        where = Path(_rel(ja.path)) if ja is not None else None
+        own = f" {where.parent / (where.stem.split('@')[0] + '@NAME.yaml')}" if where else " FILE"
+        out += [
+            ("", line)
+            for line in wrap(
+                "the figures above were measured but not judged: re-run on a quiet machine, or give"
+                f" this kind of machine a baseline of its own (--update-baselines --perf-baseline{own}"
+                ' --reason "..."; a run on a machine like it then picks that file)'
             )
-        )
+        ]
     if record.refresh and ja is not None:
         out.append(("-", f"baseline written: {_rel(ja.path)}"))
         out += [("", line) for line in record.refresh.splitlines()]
