@@ -421,36 +421,64 @@ def variants(path: Path) -> list[Path]:
     return sorted(path.parent.glob(f"{path.stem}@*.yaml")) if path.parent.is_dir() else []
 
 
-def for_machine(path: Path, hardware: str, machine: dict[str, Any]) -> tuple[Path, str | None]:
-    """The file a run on `machine` is judged against: the profile's baseline `path`, unless its
-    recorded machine is not this one (hardware_key: CPU model and count, GPUs and driver) and a
-    variant beside it (variants()) was made on one that is. Returns the file and, for a variant,
-    a line saying why it was chosen. A variant of another hardware profile is an error, by name."""
+def machine_match(recorded: dict[str, Any] | None, machine: dict[str, Any]) -> int:
+    """How far a baseline's recorded machine is `machine`: 2 the same (hardware_key: CPU model
+    and count, GPUs and driver), 1 the same serving hardware (_serving_hardware: the GPUs'
+    models, else the CPU; a runner's driver or host CPU may change between leases), 0 another."""
+    if not recorded:
+        return 0
+    if hardware_key(recorded) == hardware_key(machine):
+        return 2
+    return 1 if _serving_hardware(recorded) == _serving_hardware(machine) else 0
+
+
+def for_machine(
+    path: Path, hardware: str, machine: dict[str, Any], *, refresh: bool = False
+) -> tuple[Path, str | None]:
+    """The file a run on `machine` is judged against (or a refresh writes): the profile's
+    baseline `path`, unless a variant beside it (variants()) was made on a machine more like this
+    one (machine_match; the profile's file wins a tie). Returns the file and, for a variant, a
+    line saying why. Refused, naming the files: a variant of another hardware profile, two
+    variants equally like this machine, and a refresh that would write this machine's curve over
+    the profile's file made on another kind of machine while variants keep other kinds apart."""
     found = variants(path)
     if not found:
         return path, None
-    want = hardware_key(machine)
-
-    def made_here(b: Baseline) -> bool:
-        return bool(b.provenance.get("machine")) and hardware_key(b.provenance["machine"]) == want
-
     default = load(path) if path.exists() else None
-    if default is not None and made_here(default):
-        return path, None
-    for v in found:
+    scored: list[tuple[int, Path]] = []
+    for v in found:  # all checked, so a stray file is an error on every machine alike
         b = load(v)
         if b.hardware != hardware:
             raise ConfigError(
                 f"{v}: a baseline of {b.hardware!r} named as a machine variant of {path.name} "
                 f"(the baseline of {hardware!r}): rename or remove it"
             )
-        if made_here(b) and not b.provenance.get("imported") and not b.provisional:
-            other = _serving_hardware(default.provenance.get("machine") or {}) if default else None
-            return v, (
-                f"baseline {v.name}: made on a machine like this one ({_serving_hardware(machine)})"
-                + (f"; {path.name} was made on {other}" if other else f"; there is no {path.name}")
+        if not b.provenance.get("imported") and not b.provisional:
+            scored.append((machine_match(b.provenance.get("machine"), machine), v))
+    mine = machine_match(default.provenance.get("machine"), machine) if default else 0
+    best = max((m for m, _ in scored), default=0)
+    here = _serving_hardware(machine)
+    if best == 0 or mine >= best:
+        if refresh and default is not None and mine == 0 and default.provenance.get("machine"):
+            raise ConfigError(
+                f"{path} was made on {_serving_hardware(default.provenance['machine'])}, and machine "
+                f"variants beside it ({', '.join(v.name for v in found)}) keep other kinds apart: a "
+                f"refresh on this one ({here}) would replace it. Say which file: --perf-baseline "
+                f"{path.parent / (path.stem + '@NAME.yaml')} for this kind of machine, or "
+                f"--perf-baseline {path} to replace it"
             )
-    return path, None
+        return path, None
+    tied = [v for m, v in scored if m == best]
+    if len(tied) > 1:
+        raise ConfigError(
+            f"machine variants {', '.join(str(v) for v in tied)} were all made on a machine like "
+            f"this one ({here}): keep one, or name it with --perf-baseline"
+        )
+    other = _serving_hardware(default.provenance.get("machine") or {}) if default else None
+    return tied[0], (
+        f"baseline {tied[0].name}: made on a machine like this one ({here})"
+        + (f"; {path.name} was made on {other}" if other else f"; there is no {path.name}")
+    )
 
 
 def _session_entry(b: Baseline) -> dict[str, Any]:

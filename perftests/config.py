@@ -199,11 +199,11 @@ def resolve(
         path = Path(v["baseline"])
     else:
         path = profile.baseline_path(project_root(root))
-        if mode != "ab":
+        if mode != "ab" and bl.variants(path):
             # A machine variant made on this kind of machine, where the profile's file was made
             # on another: a CI pool of two VM types keeps one curve per type.
             try:
-                path, why = bl.for_machine(path, profile.name, fingerprint())
+                path, why = bl.for_machine(path, profile.name, fingerprint(), refresh=update)
             except ConfigError as e:
                 raise ConfigError(f"baseline: {e}") from None
             notes += [why] if why else []

@@ -19,6 +19,7 @@ from perftests.measure import Pair, Point
 from perftests.outcome import OutcomeKind
 from perftests.record import RunRecord
 from perftests.reports import junit
+from perftests.reports.terminal import plain, summary
 from perftests.run import GateRun
 from tests.test_verdict import make_baseline
 
@@ -140,6 +141,14 @@ def test_a_drop_on_a_slower_machine_is_an_error_of_the_run_not_a_regression(tmp_
     rec = RunRecord.from_dict(json.loads(json.dumps(run.record().to_dict())))
     assert rec.outcome is not None and rec.outcome.kind is OutcomeKind.MACHINE
     assert "<failure" not in junit.to_string([rec])  # an error of the run, not a failed test
+    # the advice: the baseline names no machine, so this one gets a variant of its own ...
+    text = " ".join(plain(summary(rec)).split())
+    assert "give this kind of machine a baseline of its own" in text and "unit@NAME.yaml" in text
+    # ... and a machine of the baseline's own kind that reads slower refreshes that file
+    assert rec.judged_against is not None and rec.judged_against.baseline is not None
+    rec.judged_against.baseline.provenance = {"machine": rec.machine}
+    text = " ".join(plain(summary(rec)).split())
+    assert "refresh" in text and "unit.yaml on it" in text and "@NAME" not in text
 
 
 def test_a_pass_on_a_slower_machine_stands_and_says_the_machine(tmp_path):
@@ -208,14 +217,15 @@ def test_fingerprint_fail_policy_is_refused_in_every_front_end(tmp_path):
 def test_a_machine_variant_beside_the_baseline_judges_a_run_on_its_kind_of_machine(tmp_path):
     """baselines/unit.yaml made on another machine, baselines/unit@here.yaml on this one: a run
     without --perf-baseline is judged against the variant and says why; without a matching
-    variant it is the profile's file, with the way to make one; a variant of another profile
-    is an error naming it."""
+    variant it is the profile's file, with the way to make one; a refresh is never written over
+    the other machine's file unasked."""
     from perftests.machine import fingerprint
 
     (tmp_path / "pyproject.toml").write_text("")
     (tmp_path / "baselines").mkdir()
     d = profile_dir(tmp_path)
     values = {"hw": "unit", "profile_dir": [str(d)]}
+    refresh = {**values, "update_baselines": True, "reason": "r"}
     other = {"cpu_model": "Other CPU", "cpu_count": 512, "gpus": []}
     elsewhere = make_baseline(CURVE, launch_sd=0.02, name="unit")
     elsewhere.provenance = {"machine": other}
@@ -225,10 +235,16 @@ def test_a_machine_variant_beside_the_baseline_judges_a_run_on_its_kind_of_machi
     hint = next(w for w in cfg.warnings if "NOT THE BASELINE'S" in w)
     assert "--update-baselines --perf-baseline" in hint and "unit@NAME.yaml" in hint
 
+    bl.save(elsewhere, tmp_path / "baselines/unit@a-other.yaml")  # matches nothing here
+    # a variant of no machine here: a refresh would replace the other machine's file; refused
+    with pytest.raises(ConfigError, match=r"unit.yaml was made on Other CPU \(512 CPUs\).*--perf-baseline"):
+        resolve(refresh, tmp_path)
     here = make_baseline({c: t * 0.5 for c, t in CURVE.items()}, launch_sd=0.02, name="unit")
     here.provenance = {"machine": fingerprint()}
+    imported = dataclasses.replace(here, provisional=True)
+    bl.save(imported, tmp_path / "baselines/unit@b-provisional.yaml")  # never chosen
     bl.save(here, tmp_path / "baselines/unit@here.yaml")
-    bl.save(elsewhere, tmp_path / "baselines/unit@other.yaml")  # matches nothing here: skipped
+    said: list[str] = []
     cfg = resolve(values, tmp_path)
     assert cfg.baseline_path == tmp_path / "baselines/unit@here.yaml"
     assert cfg.baseline is not None and cfg.baseline.point(64).tps == pytest.approx(450.0)
@@ -236,26 +252,56 @@ def test_a_machine_variant_beside_the_baseline_judges_a_run_on_its_kind_of_machi
     (note,) = cfg.notes
     assert note.startswith("baseline unit@here.yaml: made on a machine like this one")
     assert "unit.yaml was made on Other CPU (512 CPUs)" in note
-    run = GateRun(dataclasses.replace(cfg, control=False))
+    run = GateRun(dataclasses.replace(cfg, control=False), progress=said.append)
+    assert said == [note]  # said at the run's start
     run.points = [point(c, t * 0.5) for c, t in CURVE.items()]  # this machine's level: a pass
     assert run.conclude().kind is OutcomeKind.PASS
     # a refresh on this machine rewrites the variant, not the other machine's file
-    assert resolve({**values, "update_baselines": True, "reason": "r"}, tmp_path).baseline_path.name == (
-        "unit@here.yaml"
-    )
+    assert resolve(refresh, tmp_path).baseline_path.name == "unit@here.yaml"
     # --perf-baseline names the file: no choosing
     assert resolve({**values, "baseline": str(tmp_path / "baselines/unit.yaml")}, tmp_path).notes == ()
+    # no profile's file: the variant, said so
+    (tmp_path / "baselines/unit.yaml").unlink()
+    assert "there is no unit.yaml" in resolve(values, tmp_path).notes[0]
     # the profile's own file made here wins over a variant
     bl.save(here, tmp_path / "baselines/unit.yaml")
     assert resolve(values, tmp_path).baseline_path == tmp_path / "baselines/unit.yaml"
-    stray = make_baseline(CURVE, name="pro6000")
-    stray.provenance = {"machine": other}
+    # two variants as like this machine: which one judges is not guessed
     bl.save(elsewhere, tmp_path / "baselines/unit.yaml")
-    bl.save(stray, tmp_path / "baselines/unit@0stray.yaml")
+    bl.save(here, tmp_path / "baselines/unit@here2.yaml")
     with pytest.raises(
-        ConfigError, match=r"unit@0stray.yaml: a baseline of 'pro6000' named as a machine variant"
+        ConfigError, match=r"unit@here.yaml, .*unit@here2.yaml were all made on a machine like"
     ):
         resolve(values, tmp_path)
+    # a variant of another profile is an error wherever it sorts and whatever matches
+    (tmp_path / "baselines/unit@here2.yaml").unlink()
+    stray = make_baseline(CURVE, name="pro6000")
+    stray.provenance = {"machine": other}
+    bl.save(stray, tmp_path / "baselines/unit@zz-stray.yaml")
+    with pytest.raises(
+        ConfigError, match=r"unit@zz-stray.yaml: a baseline of 'pro6000' named as a machine variant"
+    ):
+        resolve(values, tmp_path)
+
+
+def test_a_gpu_runner_matches_its_variant_by_card_when_its_driver_moved(tmp_path):
+    """Across leases a runner's driver or host CPU may change (baseline._serving_hardware): the
+    variant of the same cards is still the one, and an exact match beats it."""
+    h200 = {"cpu_model": "Xeon", "cpu_count": 16, "gpus": [{"name": "NVIDIA H200", "driver": "580"}]}
+    h100 = {**h200, "gpus": [{"name": "NVIDIA H100 80GB HBM3", "driver": "580"}]}
+    for name, machine in (("gpu.yaml", h200), ("gpu@h100.yaml", h100)):
+        b = make_baseline(CURVE, name="gpu")
+        b.provenance = {"machine": machine}
+        bl.save(b, tmp_path / name)
+    new_driver = {**h100, "cpu_count": 32, "gpus": [{"name": "NVIDIA H100 80GB HBM3", "driver": "590"}]}
+    assert bl.machine_match(h100, new_driver) == 1 and bl.machine_match(h200, new_driver) == 0
+    path, why = bl.for_machine(tmp_path / "gpu.yaml", "gpu", new_driver)
+    assert path.name == "gpu@h100.yaml" and why and "gpu.yaml was made on NVIDIA H200" in why
+    assert bl.for_machine(tmp_path / "gpu.yaml", "gpu", h200) == (tmp_path / "gpu.yaml", None)
+    exact = make_baseline(CURVE, name="gpu")
+    exact.provenance = {"machine": new_driver}
+    bl.save(exact, tmp_path / "gpu@h100-590.yaml")
+    assert bl.for_machine(tmp_path / "gpu.yaml", "gpu", new_driver)[0].name == "gpu@h100-590.yaml"
 
 
 def test_cold_cache_on_an_adapter_that_cannot_verify_it_is_refused(tmp_path):

@@ -7,6 +7,7 @@ import math
 import textwrap
 from pathlib import Path
 
+from perftests import baseline as bl
 from perftests.compare import PointComparison
 from perftests.measure import Point
 from perftests.paired import WORDS
@@ -259,16 +260,7 @@ def summary(record: RunRecord, *, baseline_label: str | None = None) -> list[Lin
     if o is not None and o.kind.value == "machine":
         out.append(("", ""))
         out += [("bad", line) for x in (o.headline, *o.lines) for line in wrap(x)]
-        where = Path(_rel(ja.path)) if ja is not None else None
-        own = f" {where.parent / (where.stem.split('@')[0] + '@NAME.yaml')}" if where else " FILE"
-        out += [
-            ("", line)
-            for line in wrap(
-                "the figures above were measured but not judged: re-run on a quiet machine, or give"
-                f" this kind of machine a baseline of its own (--update-baselines --perf-baseline{own}"
-                ' --reason "..."; a run on a machine like it then picks that file)'
-            )
-        ]
+        out += [("", line) for line in wrap(_machine_advice(record))]
     if record.refresh and ja is not None:
         out.append(("-", f"baseline written: {_rel(ja.path)}"))
         out += [("", line) for line in record.refresh.splitlines()]
@@ -285,6 +277,28 @@ def plain(lines: list[Line]) -> str:
         else:
             text.append(line)
     return "\n".join(text)
+
+
+def _machine_advice(record: RunRecord) -> str:
+    """What to do after MACHINE BUSY / DIFFERS: a busy machine is re-run; a slower one of the
+    baseline's kind refreshes that file if it is the new normal; another kind of machine gets a
+    baseline of its own beside the profile's (a machine variant, picked by later runs on it)."""
+    head = "the figures above were measured but not judged: re-run on a quiet machine"
+    mc, ja = record.machine_check, record.judged_against
+    if mc is None or mc.status != "differs" or ja is None:
+        return head
+    where = Path(_rel(ja.path))
+    recorded = ja.baseline.provenance.get("machine") if ja.baseline else None
+    if bl.machine_match(recorded, record.machine):
+        return (
+            f"{head}, or, if this machine now reads like this for good, refresh {where} on it "
+            '(--update-baselines --reason "...")'
+        )
+    own = where.parent / (where.stem.split("@")[0] + "@NAME.yaml")
+    return (
+        f"{head}, or give this kind of machine a baseline of its own (--update-baselines "
+        f'--perf-baseline {own} --reason "..."; a run on a machine like it then picks that file)'
+    )
 
 
 def _rel(path: str) -> str:
