@@ -421,6 +421,11 @@ def variants(path: Path) -> list[Path]:
     return sorted(path.parent.glob(f"{path.stem}@*.yaml")) if path.parent.is_dir() else []
 
 
+def variant_template(path: Path) -> Path:
+    """The name a new machine variant of `path` (the profile's file or a variant) takes."""
+    return path.parent / (path.stem.split("@")[0] + "@NAME.yaml")
+
+
 def machine_match(recorded: dict[str, Any] | None, machine: dict[str, Any]) -> int:
     """How far a baseline's recorded machine is `machine`: 2 the same (hardware_key: CPU model
     and count, GPUs and driver), 1 the same serving hardware (_serving_hardware: the GPUs'
@@ -464,7 +469,7 @@ def for_machine(
                 f"{path} was made on {_serving_hardware(default.provenance['machine'])}, and machine "
                 f"variants beside it ({', '.join(v.name for v in found)}) keep other kinds apart: a "
                 f"refresh on this one ({here}) would replace it. Say which file: --perf-baseline "
-                f"{path.parent / (path.stem + '@NAME.yaml')} for this kind of machine, or "
+                f"{variant_template(path)} for this kind of machine, or "
                 f"--perf-baseline {path} to replace it"
             )
         return path, None
@@ -474,10 +479,17 @@ def for_machine(
             f"machine variants {', '.join(str(v) for v in tied)} were all made on a machine like "
             f"this one ({here}): keep one, or name it with --perf-baseline"
         )
-    other = _serving_hardware(default.provenance.get("machine") or {}) if default else None
+    made = default.provenance.get("machine") if default else None
+    other = _serving_hardware(made) if made else None
     return tied[0], (
         f"baseline {tied[0].name}: made on a machine like this one ({here})"
-        + (f"; {path.name} was made on {other}" if other else f"; there is no {path.name}")
+        + (
+            f"; {path.name} was made on {other}"
+            if other
+            else f"; {path.name} records no machine"
+            if default
+            else f"; there is no {path.name}"
+        )
     )
 
 

@@ -5,6 +5,7 @@ the profile refuses is an error before a 10-minute model load, not after)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -195,6 +196,7 @@ def resolve(
     api_key_from_env(profile.service.admin_api_key_env)
     warnings: list[str] = []
     notes: list[str] = []
+    machine = functools.cache(fingerprint)  # nvidia-smi: once per run at most, only where needed
     if v.get("baseline"):
         path = Path(v["baseline"])
     else:
@@ -203,7 +205,7 @@ def resolve(
             # A machine variant made on this kind of machine, where the profile's file was made
             # on another: a CI pool of two VM types keeps one curve per type.
             try:
-                path, why = bl.for_machine(path, profile.name, fingerprint(), refresh=update)
+                path, why = bl.for_machine(path, profile.name, machine(), refresh=update)
             except ConfigError as e:
                 raise ConfigError(f"baseline: {e}") from None
             notes += [why] if why else []
@@ -221,7 +223,7 @@ def resolve(
         raise ConfigError(missing_baseline(profile, path))
     if stored is not None and not update:
         hint = None if v.get("baseline") else variant_hint(profile.name, path)
-        warnings += _check_against(stored, path, settings, d.fingerprint_mismatch, hint)
+        warnings += _check_against(stored, path, settings, d.fingerprint_mismatch, machine(), hint)
     pool = _nonneg(v, "pool_sessions", "--perf-pool-sessions", d.pool_sessions, positive=True)
     if v.get("pool_sessions") is not None and not update:
         raise ConfigError("--perf-pool-sessions: only with --update-baselines (it says what a refresh keeps)")
@@ -235,7 +237,7 @@ def resolve(
             contexts=settings.contexts,
             engine=profile.service.engine,
             launch_argv=list(launch.argv) if launch and not attached else None,
-            machine=fingerprint(),
+            machine=machine(),
         )
         if problems:
             raise ConfigError(
@@ -273,17 +275,17 @@ def variant_hint(hw: str, path: Path) -> str:
     """How to give this kind of machine a curve of its own beside the profile's."""
     return (
         f"To gate on this kind of machine, make it a baseline beside that one: pytest perftests "
-        f"--hw {hw} --update-baselines --perf-baseline {path.parent / (path.stem + '@NAME.yaml')} "
+        f"--hw {hw} --update-baselines --perf-baseline {bl.variant_template(path)} "
         f'--reason "..."; runs on a machine like this one then judge against it.'
     )
 
 
 def _check_against(
-    b: bl.Baseline, path: Path, s: Settings, policy: str, hint: str | None = None
+    b: bl.Baseline, path: Path, s: Settings, policy: str, machine: dict[str, Any], hint: str | None = None
 ) -> list[str]:
     """The fingerprint policy and the measuring settings, against the stored baseline."""
     out = []
-    diffs = b.fingerprint_differences(fingerprint())
+    diffs = b.fingerprint_differences(machine)
     if diffs and b.provenance.get("machine"):
         msg = (
             f"THIS MACHINE IS NOT THE BASELINE'S ({path}): "

@@ -302,6 +302,9 @@ def test_a_gpu_runner_matches_its_variant_by_card_when_its_driver_moved(tmp_path
     exact.provenance = {"machine": new_driver}
     bl.save(exact, tmp_path / "gpu@h100-590.yaml")
     assert bl.for_machine(tmp_path / "gpu.yaml", "gpu", new_driver)[0].name == "gpu@h100-590.yaml"
+    bare = make_baseline(CURVE, name="gpu")  # made before machines were recorded
+    bl.save(bare, tmp_path / "gpu.yaml")
+    assert "; gpu.yaml records no machine" in str(bl.for_machine(tmp_path / "gpu.yaml", "gpu", h100)[1])
 
 
 def test_cold_cache_on_an_adapter_that_cannot_verify_it_is_refused(tmp_path):

@@ -294,10 +294,10 @@ def _machine_advice(record: RunRecord) -> str:
             f"{head}, or, if this machine now reads like this for good, refresh {where} on it "
             '(--update-baselines --reason "...")'
         )
-    own = where.parent / (where.stem.split("@")[0] + "@NAME.yaml")
     return (
         f"{head}, or give this kind of machine a baseline of its own (--update-baselines "
-        f'--perf-baseline {own} --reason "..."; a run on a machine like it then picks that file)'
+        f'--perf-baseline {bl.variant_template(where)} --reason "..."; a run on a machine like it '
+        "then picks that file)"
     )
 
 
