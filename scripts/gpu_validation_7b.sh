@@ -46,6 +46,10 @@
 # A third H100 (2026-12-07 late morning): the A/A across H100 leases, xaa against the first H100
 # lease's carried baseline (carry7b), then 34 layers against it:
 # PLAN_OTHER="setup carry7b xaa:12 l34:3" POOL7B_FROM=.carry/h100-7b-lease6.yaml
+# A fourth H100 (2026-12-07 afternoon): the two H100 leases' pooled 7B baseline committed as the
+# machine variant baselines/h200-llamacpp-7b@h100.yaml; xaa and l34 name no baseline (the gate
+# picks the variant), and tiny refreshes the 1.1B into baselines/h200-llamacpp@h100.yaml, its
+# A/A runs again naming none: PLAN_OTHER="setup tiny:10 xaa:10 l34:3"
 # The stages must follow each other on one warm machine (build, models, baseline in /tmp).
 # Each device stage stops starting gate runs when fewer than the seconds a run needs are left
 # before $STAGE_S (default 570; the device tool's limit is 600 per call).
@@ -364,7 +368,7 @@ need() {  # need SECONDS: enough time left in this stage for a run of that lengt
 }
 pack() {
   cp -f "baselines/$HW.yaml" .perftests/ 2>/dev/null
-  cp -f baselines/h200-llamacpp.yaml baselines/h200-llamacpp-spec.yaml "$KEEP"/*-lease2.yaml .perftests/ 2>/dev/null
+  cp -f baselines/h200-llamacpp*.yaml "$KEEP"/*-lease2.yaml .perftests/ 2>/dev/null
   tar czf "$OUT/records-$STAGE.tar.gz" .perftests/*.json .perftests/*.yaml .perftests/logs 2>/dev/null
 }
 gate() {  # gate NAME PROFILE-DIR-OR-- ARGS...: one gate run, output appended to gates-<stage>.txt
@@ -434,6 +438,9 @@ variant2() {  # variant2 DIR PROFILE SED-EXPR CHECK [NEW-NAME]: a copy of PROFIL
   grep -q -- "$4" "$1/${5:-$2}.yaml" || { echo "variant $1: change not applied" >&2; return 1; }
 }
 onh200() { nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; }
+card() {  # a machine variant's name for this card: h100, h200, ...
+  nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]*' | head -1 | tr A-Z a-z
+}
 l2_setup() {
   isdone setup && return 0
   { date -u; nvidia-smi; nvidia-smi -q -d CLOCK,POWER,PERFORMANCE,TEMPERATURE; df -h / /tmp; free -g; nproc
@@ -488,7 +495,9 @@ l2_xaa() {  # A/A across leases against the stored baseline
   # The stored baseline is an H200's: another card (the tool may lend an H100 for an H200) is a
   # different machine, an error of every run. There the A/A is within this lease, against a
   # 5-launch refresh made here first, never written over the stored file.
-  if ! onh200; then
+  # A machine variant for this card in baselines/ (h200-llamacpp-7b@h100.yaml, 2026-12-07 afternoon):
+  # the gate picks it itself, as on a runner, with no --perf-baseline
+  if ! onh200 && ! ls baselines/$HW@*.yaml >/dev/null 2>&1; then
     if [ ! -f "$LEASE7B" ]; then
       need 260 || return 1
       gate lease7b -- --hw $HW --update-baselines --perf-launches 5 --perf-baseline "$LEASE7B" \
@@ -568,16 +577,18 @@ l2_tiny() {  # the 1.1B: a 5-launch refresh of its stored baseline (schema 1, on
   local n base=()
   # The stored baseline is an H200's: on another card (the tool may lend an H100 for an H200)
   # the refresh and the A/A go to a baseline of this lease's own, never over the stored one.
-  onh200 || base=(--perf-baseline "$KEEP/h200-llamacpp-other-card.yaml")
+  # Since 2026-12-07 afternoon the refresh writes a machine variant (baselines/h200-llamacpp@h100.yaml
+  # on an H100) and the A/A runs name no baseline: the gate picks the variant, as on a runner.
+  local ref=()
+  onh200 || ref=(--perf-baseline "baselines/h200-llamacpp@$(card).yaml")
   # TINY_REFRESH=0 (a later lease): the stored baseline is already launch-level; the A/A runs
   # judge this lease's service against it, as a gate run on another day would.
   [ "${TINY_REFRESH:-1}" = 0 ] && onh200 && mark tiny-refresh
   if ! isdone tiny-refresh; then
     need 280 || return 1  # 5 launches took 212-260 s (2026-12-06), one retake after a busy launch
-    gate tiny-refresh -- --hw h200-llamacpp --update-baselines --perf-launches 5 "${base[@]}" \
-      --reason "launch-level refresh: 5 launches on one H200 (the first baseline was one launch)" \
-      && cp -f baselines/h200-llamacpp.yaml "$KEEP/baselines/" && mark tiny-refresh
-    cp -f "$KEEP/h200-llamacpp-other-card.yaml" .perftests/ 2>/dev/null
+    gate tiny-refresh -- --hw h200-llamacpp --update-baselines --perf-launches 5 "${ref[@]}" \
+      --reason "launch-level refresh: 5 launches on one $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
+      && cp -f baselines/h200-llamacpp*.yaml "$KEEP/baselines/" && mark tiny-refresh
   fi
   isdone tiny-refresh || return 1
   while n=$(count taa); [ "$n" -lt "$1" ]; do
