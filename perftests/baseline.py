@@ -381,7 +381,7 @@ def pool_problems(
     if machine is not None and not previous.provenance.get("machine"):
         out.append("its provenance records no machine")
     elif machine is not None:
-        was, now = _serving_hardware(previous.provenance.get("machine") or {}), _serving_hardware(machine)
+        was, now = serving_hardware(previous.provenance.get("machine") or {}), serving_hardware(machine)
         if was != now:
             out.append(f"it was measured on {was}, this run on {now}")
     if previous.provisional or previous.provenance.get("imported"):
@@ -406,7 +406,7 @@ def pool_problems(
     return out
 
 
-def _serving_hardware(fp: dict[str, Any]) -> str:
+def serving_hardware(fp: dict[str, Any]) -> str:
     """What decides a curve: the GPUs' models where there are GPUs (a runner's CPU or driver may
     change between leases; the gate only warns of those), else the CPU's."""
     gpus = [str(g.get("name")) for g in fp.get("gpus") or []]
@@ -428,13 +428,13 @@ def variant_template(path: Path) -> Path:
 
 def machine_match(recorded: dict[str, Any] | None, machine: dict[str, Any]) -> int:
     """How far a baseline's recorded machine is `machine`: 2 the same (hardware_key: CPU model
-    and count, GPUs and driver), 1 the same serving hardware (_serving_hardware: the GPUs'
+    and count, GPUs and driver), 1 the same serving hardware (serving_hardware: the GPUs'
     models, else the CPU; a runner's driver or host CPU may change between leases), 0 another."""
     if not recorded:
         return 0
     if hardware_key(recorded) == hardware_key(machine):
         return 2
-    return 1 if _serving_hardware(recorded) == _serving_hardware(machine) else 0
+    return 1 if serving_hardware(recorded) == serving_hardware(machine) else 0
 
 
 def for_machine(
@@ -462,11 +462,11 @@ def for_machine(
             scored.append((machine_match(b.provenance.get("machine"), machine), v))
     mine = machine_match(default.provenance.get("machine"), machine) if default else 0
     best = max((m for m, _ in scored), default=0)
-    here = _serving_hardware(machine)
+    here = serving_hardware(machine)
     if best == 0 or mine >= best:
         if refresh and default is not None and mine == 0 and default.provenance.get("machine"):
             raise ConfigError(
-                f"{path} was made on {_serving_hardware(default.provenance['machine'])}, and machine "
+                f"{path} was made on {serving_hardware(default.provenance['machine'])}, and machine "
                 f"variants beside it ({', '.join(v.name for v in found)}) keep other kinds apart: a "
                 f"refresh on this one ({here}) would replace it. Say which file: --perf-baseline "
                 f"{variant_template(path)} for this kind of machine, or "
@@ -480,7 +480,7 @@ def for_machine(
             f"this one ({here}): keep one, or name it with --perf-baseline"
         )
     made = default.provenance.get("machine") if default else None
-    other = _serving_hardware(made) if made else None
+    other = serving_hardware(made) if made else None
     return tied[0], (
         f"baseline {tied[0].name}: made on a machine like this one ({here})"
         + (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -64,6 +65,25 @@ def test_explain_regression_exits_nonzero(pro6000_baseline, capsys):
     out = capsys.readouterr().out
     assert rc == 1
     assert "REGRESSION" in out and "below the band" in out
+
+
+def test_explain_names_machine_variants_and_uses_the_profiles_file(pro6000_baseline, capsys):
+    # A reported figure is the reporter's machine, not this one: the profile's file is used and
+    # each variant beside it named with its machine; --baseline picks one.
+    b = bl.load(pro6000_baseline)
+    slower = dataclasses.replace(
+        b,
+        points=tuple(dataclasses.replace(p, tps=p.tps * 0.5) for p in b.points),
+        provenance={**b.provenance, "machine": {"gpus": [{"name": "NVIDIA H100 80GB HBM3"}]}},
+    )
+    variant = pro6000_baseline.parent / "pro6000@h100.yaml"
+    bl.save(slower, variant)
+    argv = ["explain", "--hw", str(pro6000_baseline), "--ctx", "60", "--tps", str(seed_curve(60) * 0.5)]
+    assert main(argv) == 1  # half the profile's curve: a regression against it
+    out = capsys.readouterr().out
+    assert f"note: machine variant {variant} (NVIDIA H100 80GB HBM3): --baseline {variant}" in out
+    assert main([*argv, "--baseline", str(variant)]) == 0  # the variant's own curve: as expected
+    assert "machine variant" not in capsys.readouterr().out
 
 
 def test_explain_without_baseline_says_how_to_create_one(tmp_path, capsys):

@@ -119,6 +119,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
     path, prof = baseline_path(args.hw, args)
     if args.baseline:
         path = Path(args.baseline)
+    else:
+        # A reported figure comes from the reporter's machine, not this one, so no variant is
+        # picked by this machine's fingerprint: the profile's file, and the others named.
+        for line in _variant_notes(path):
+            print(line)
     tol = (
         args.tolerance
         if args.tolerance is not None
@@ -153,6 +158,20 @@ def cmd_explain(args: argparse.Namespace) -> int:
     kind, text = explain(report, ref, tol, args.hw)
     print(text)
     return EXIT.get(kind, 1)
+
+
+def _variant_notes(path: Path) -> list[str]:
+    """A line per machine variant beside `path` (baseline.variants), naming the machine it was
+    made on and how to explain against it."""
+    out = []
+    for v in bl.variants(path):
+        try:
+            m = bl.load(v).provenance.get("machine")
+            made = bl.serving_hardware(m) if m else "no recorded machine"
+        except (ConfigError, OSError) as e:
+            made = f"unreadable: {e}"
+        out.append(f"note: machine variant {v} ({made}): --baseline {v} if the figure was measured on one")
+    return out
 
 
 def add(sub: Any, profile_dir: dict[str, Any]) -> Any:
