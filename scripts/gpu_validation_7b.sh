@@ -49,7 +49,8 @@
 # A fourth H100 (2026-12-07 afternoon): the two H100 leases' pooled 7B baseline committed as the
 # machine variant baselines/h200-llamacpp-7b@h100.yaml; xaa and l34 name no baseline (the gate
 # picks the variant), and tiny refreshes the 1.1B into baselines/h200-llamacpp@h100.yaml, its
-# A/A runs again naming none: PLAN_OTHER="setup tiny:10 xaa:10 l34:3"
+# A/A runs again naming none; ab-faoff, the A/B of flash attention off:
+# PLAN_OTHER="setup tiny:10 xaa:4 ab-faoff xaa:8 l34:2"
 # The stages must follow each other on one warm machine (build, models, baseline in /tmp).
 # Each device stage stops starting gate runs when fewer than the seconds a run needs are left
 # before $STAGE_S (default 570; the device tool's limit is 600 per call).
@@ -635,6 +636,9 @@ lease2() {
     ab-l34)
       variant2 /tmp/v-ab $HW 's/n_layer=32,/n_layer=34,/' 'n_layer=34' $HW-l34 \
         && l2_ab ab-l34 --profile-dir /tmp/v-ab --ab-candidate $HW-l34 ;;
+    ab-faoff)  # flash attention off: the context-dependent change of the 2026-12-04 gate runs
+      variant2 /tmp/v-abfa $HW 's/"--flash-attn", "on"/"--flash-attn", "off"/' '"--flash-attn", "off"' $HW-faoff \
+        && l2_ab ab-faoff --profile-dir /tmp/v-abfa --ab-candidate $HW-faoff ;;
     ab-kvq8) l2_ab ab-kvq8 --ab-arg=--cache-type-k --ab-arg=q8_0 --ab-arg=--cache-type-v --ab-arg=q8_0 ;;
     spec) l2_spec ;;
     specfull) l2_specfull ;;
