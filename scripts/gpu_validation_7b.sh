@@ -105,7 +105,7 @@ REF, AA = os.environ.get("REF", "refresh"), os.environ.get("AA", "aa-")  # a lat
 order = [REF] + [f"{AA}{i}" for i in range(1, 30) if f"{AA}{i}" in recs]
 ctxs = recs[REF]["settings"]["contexts"]
 # --- every launch of the unchanged service, with the control read before / after it
-print("## Launches of the unchanged 7B service (refresh + A/A), control before / after each")
+print("## Launches of the unchanged " + ("1.1B" if os.environ.get("MODEL") == "1.1b" else "7B") + " service (refresh + A/A), control before / after each")
 print("| run | launch | " + " | ".join(f"tok/s {c}" for c in ctxs) + " | startup s | GPU copy GB/s | SM MHz | mem MHz | temp C | power W | CPU matmul GFLOP/s |")
 print("|---|---:|" + "---:|" * len(ctxs) + "---:|---:|---:|---:|---:|---:|---:|")
 rows = []
@@ -147,6 +147,8 @@ for key in ("gpu_copy_gbs", "temp", "power", "cpu_gflops", "sm"):
 print()
 # --- decode rate against the HBM floor
 spec = dict(n_embd=4096, n_layer=32, n_head_kv=8, n_ff=14336, n_vocab=32000, head_dim=128)
+if os.environ.get("MODEL") == "1.1b":  # the h200-llamacpp profile's random 1.1B (M11)
+    spec = dict(n_embd=2048, n_layer=22, n_head_kv=4, n_ff=5632, n_vocab=32000, head_dim=64)
 d_, L, ff, v = spec["n_embd"], spec["n_layer"], spec["n_ff"], spec["n_vocab"]
 per_layer = 2 * d_ * d_ + 2 * d_ * spec["n_head_kv"] * spec["head_dim"] + 3 * d_ * ff
 w_read = 2 * (L * per_layer + v * d_)  # f16 matrices read per token; token_embd reads one row
