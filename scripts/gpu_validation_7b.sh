@@ -50,7 +50,9 @@
 # machine variant baselines/h200-llamacpp-7b@h100.yaml; xaa and l34 name no baseline (the gate
 # picks the variant), and tiny refreshes the 1.1B into baselines/h200-llamacpp@h100.yaml, its
 # A/A runs again naming none; ab-faoff, the A/B of flash attention off:
-# PLAN_OTHER="setup tiny:10 xaa:4 ab-faoff xaa:8 l34:2"
+# PLAN_OTHER="setup tiny:10 xaa:4 ab-faoff xaa:8 l34:2". Left for a later lease: the A/Bs of
+# the other changes, L36=1 SMALL_MODELS="target draft-mix-0.003" PLAN_OTHER="setup ab-faoff ab-l36
+# ab-spec" (ab-spec: l2_ab's --hw $HW is overridden by the later --hw)
 # The stages must follow each other on one warm machine (build, models, baseline in /tmp).
 # Each device stage stops starting gate runs when fewer than the seconds a run needs are left
 # before $STAGE_S (default 570; the device tool's limit is 600 per call).
@@ -468,6 +470,11 @@ l2_setup() {
     write "1.1B ${small[*]%%@*}" "${small[@]}" > "$KEEP/models-b.log" 2>&1 &
   fi
   local wb=$!
+  local wc=$wb
+  if [ "${L36:-0}" = 1 ]; then  # a third writer: the 36-layer 7B (+12.4% weight bytes, ~10%)
+    write 7B-36 "target@${M/n_layer=32/n_layer=36}" > "$KEEP/models-c.log" 2>&1 &
+    wc=$!
+  fi
   python3 -m perftests.cli build --cuda > /tmp/build.log 2>&1; tail -3 /tmp/build.log
   echo "build: $((SECONDS - t0)) s" | tee -a "$OUT/gates-$STAGE.txt"
   python3 -c '
@@ -486,9 +493,9 @@ print(json.dumps({"bytes_moved": 8 * n, "median_ms": ms, "tb_per_s": 8 * n / ms 
   cat "$OUT/bandwidth.json"
   # gates only once the writers are done: a writer takes one core (6% of the CPU), which the
   # control would see beside the launch
-  while { kill -0 $wa 2>/dev/null || kill -0 $wb 2>/dev/null; } && need 60; do sleep 2; done
+  while { kill -0 $wa 2>/dev/null || kill -0 $wb 2>/dev/null || kill -0 $wc 2>/dev/null; } && need 60; do sleep 2; done
   cat "$KEEP"/models-*.log | tee "$OUT/models.log"
-  kill -0 $wa 2>/dev/null || kill -0 $wb 2>/dev/null && { echo "writers still running"; return 1; }
+  { kill -0 $wa || kill -0 $wb || kill -0 $wc; } 2>/dev/null && { echo "writers still running"; return 1; }
   echo "setup: $((SECONDS - t0)) s" | tee -a "$OUT/gates-$STAGE.txt"
   mark setup
 }
@@ -641,6 +648,13 @@ lease2() {
     ab-faoff)  # flash attention off: the context-dependent change of the 2026-12-04 gate runs
       variant2 /tmp/v-abfa $HW 's/"--flash-attn", "on"/"--flash-attn", "off"/' '"--flash-attn", "off"' $HW-faoff \
         && l2_ab ab-faoff --profile-dir /tmp/v-abfa --ab-candidate $HW-faoff ;;
+    ab-l36)  # 36 layers (L36=1 writes the model): the ~10% uniform change
+      variant2 /tmp/v-ab36 $HW 's/n_layer=32,/n_layer=36,/' 'n_layer=36' $HW-l36 \
+        && l2_ab ab-l36 --profile-dir /tmp/v-ab36 --ab-candidate $HW-l36 ;;
+    ab-spec)  # the acceptance drop: the speculative 1.1B with the blended draft (SMALL_MODELS has it)
+      variant2 /tmp/v-abspec h200-llamacpp-spec 's/{model:draft-identical@/{model:draft-mix-0.003@/' \
+        'draft-mix-0.003@' h200-llamacpp-spec-mix3 \
+        && l2_ab ab-spec --hw h200-llamacpp-spec --profile-dir /tmp/v-abspec --ab-candidate h200-llamacpp-spec-mix3 ;;
     ab-kvq8) l2_ab ab-kvq8 --ab-arg=--cache-type-k --ab-arg=q8_0 --ab-arg=--cache-type-v --ab-arg=q8_0 ;;
     spec) l2_spec ;;
     specfull) l2_specfull ;;
