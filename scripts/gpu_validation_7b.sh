@@ -51,7 +51,7 @@
 # picks the variant), and tiny refreshes the 1.1B into baselines/h200-llamacpp@h100.yaml, its
 # A/A runs again naming none; ab-faoff, the A/B of flash attention off:
 # PLAN_OTHER="setup tiny:10 xaa:4 ab-faoff xaa:8 l34:2". Left for a later lease: the A/Bs of
-# the other changes, L36=1 SMALL_MODELS="target draft-mix-0.003" PLAN_OTHER="setup ab-faoff ab-l36
+# the other changes, L34=0 L36=1 SMALL_MODELS="target draft-mix-0.003" PLAN_OTHER="setup ab-faoff ab-l36
 # ab-spec" (ab-spec: l2_ab's --hw $HW is overridden by the later --hw)
 # The stages must follow each other on one warm machine (build, models, baseline in /tmp).
 # Each device stage stops starting gate runs when fewer than the seconds a run needs are left
@@ -194,7 +194,7 @@ for x in ctxs:
     sd_aa = lsd([r[1][x] for r in aa])
     pooled = pooled_noise([(lsd([r[1][x] for r in rows if r[0] == REF]), 5), (sd_aa, len(aa))], 0.0)
     out = []
-    for sd, what in ((sd_aa, f"A/A sd {sd_aa:.2%}"), (pooled.sd, f"refresh+A/A pooled {pooled.sd:.2%}"), (0.015, "1.5% (the runs' pooled noise)"), (0.02, "2%")):
+    for sd, what in ((sd_aa, f"A/A sd {sd_aa:.2%}"), (pooled.sd, f"refresh+A/A pooled {pooled.sd:.2%}"), (0.015, "1.5%"), (0.02, "2%")):
         need = {drop: launches_needed(sd, 5, drop, family=fam) for drop in (0.03, 0.05, 0.10)}
         out.append(what + ": " + ", ".join(f"{int(k * 100)}% drop {v}" for k, v in need.items()))
     print(f"- ctx {x}: " + "; ".join(out))
@@ -444,7 +444,9 @@ variant2() {  # variant2 DIR PROFILE SED-EXPR CHECK [NEW-NAME]: a copy of PROFIL
 }
 onh200() { nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; }
 card() {  # a machine variant's name for this card: h100, h200, ...
-  nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -o 'H[0-9]*' | head -1 | tr A-Z a-z
+  local n
+  n=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oE 'H[0-9]+' | head -1 | tr A-Z a-z)
+  echo "${n:-other}"
 }
 l2_setup() {
   isdone setup && return 0
@@ -471,7 +473,7 @@ l2_setup() {
   fi
   local wb=$!
   local wc=$wb
-  if [ "${L36:-0}" = 1 ]; then  # a third writer: the 36-layer 7B (+12.4% weight bytes, ~10%)
+  if [ "${L36:-0}" = 1 ]; then  # a third writer: the 36-layer 7B (+12.3% weight bytes, ~10%)
     write 7B-36 "target@${M/n_layer=32/n_layer=36}" > "$KEEP/models-c.log" 2>&1 &
     wc=$!
   fi
@@ -507,7 +509,7 @@ l2_xaa() {  # A/A across leases against the stored baseline
   # 5-launch refresh made here first, never written over the stored file.
   # A machine variant for this card in baselines/ (h200-llamacpp-7b@h100.yaml, 2026-12-07 afternoon):
   # the gate picks it itself, as on a runner, with no --perf-baseline
-  if ! onh200 && ! ls baselines/$HW@*.yaml >/dev/null 2>&1; then
+  if ! onh200 && [ ! -f "baselines/$HW@$(card).yaml" ]; then
     if [ ! -f "$LEASE7B" ]; then
       need 260 || return 1
       gate lease7b -- --hw $HW --update-baselines --perf-launches 5 --perf-baseline "$LEASE7B" \
@@ -593,7 +595,8 @@ l2_tiny() {  # the 1.1B: a 5-launch refresh of its stored baseline (schema 1, on
   onh200 || ref=(--perf-baseline "baselines/h200-llamacpp@$(card).yaml")
   # TINY_REFRESH=0 (a later lease): the stored baseline is already launch-level; the A/A runs
   # judge this lease's service against it, as a gate run on another day would.
-  [ "${TINY_REFRESH:-1}" = 0 ] && onh200 && mark tiny-refresh
+  # On another card, the same once this card's variant is stored (committed, or by a refresh).
+  [ "${TINY_REFRESH:-1}" = 0 ] && { onh200 || [ -f "baselines/h200-llamacpp@$(card).yaml" ]; } && mark tiny-refresh
   if ! isdone tiny-refresh; then
     need 280 || return 1  # 5 launches took 212-260 s (2026-12-06), one retake after a busy launch
     gate tiny-refresh -- --hw h200-llamacpp --update-baselines --perf-launches 5 "${ref[@]}" \

@@ -11,6 +11,7 @@ import pytest
 
 from perftests import baseline as bl
 from perftests.cli import main
+from perftests.machine import fingerprint
 from tests.conftest import reference_argv
 from tests.test_verdict import make_baseline, seed_curve
 
@@ -69,19 +70,21 @@ def test_explain_regression_exits_nonzero(pro6000_baseline, capsys):
 
 def test_explain_names_machine_variants_and_uses_the_profiles_file(pro6000_baseline, capsys):
     # A reported figure is the reporter's machine, not this one: the profile's file is used and
-    # each variant beside it named with its machine; --baseline picks one.
+    # each variant beside it named with its machine; --baseline picks one. The variant is made
+    # on this very machine, so picking by this machine's fingerprint would take it (and pass).
     b = bl.load(pro6000_baseline)
+    here = fingerprint()
     slower = dataclasses.replace(
         b,
         points=tuple(dataclasses.replace(p, tps=p.tps * 0.5) for p in b.points),
-        provenance={**b.provenance, "machine": {"gpus": [{"name": "NVIDIA H100 80GB HBM3"}]}},
+        provenance={**b.provenance, "machine": here},
     )
     variant = pro6000_baseline.parent / "pro6000@h100.yaml"
     bl.save(slower, variant)
     argv = ["explain", "--hw", str(pro6000_baseline), "--ctx", "60", "--tps", str(seed_curve(60) * 0.5)]
     assert main(argv) == 1  # half the profile's curve: a regression against it
     out = capsys.readouterr().out
-    assert f"note: machine variant {variant} (NVIDIA H100 80GB HBM3): --baseline {variant}" in out
+    assert f"note: machine variant {variant} ({bl.serving_hardware(here)}): --baseline {variant}" in out
     assert main([*argv, "--baseline", str(variant)]) == 0  # the variant's own curve: as expected
     assert "machine variant" not in capsys.readouterr().out
 
