@@ -308,6 +308,55 @@ def test_twice_the_layers_is_slower_on_the_real_service(tmp_path):
 
 
 @pytest.mark.server
+def test_an_unrelated_draft_is_an_acceptance_collapse_in_an_ab(tmp_path):
+    """`perftests ab` on a speculative service, B's draft swapped for an unrelated model: the
+    same curve verdict as a gate run, from paired launches, names the drafting, not the speed."""
+    argv = reference_argv(ctx_size=1024, draft="draft-identical", extra=("--flash-attn", "on"))
+    quoted = ", ".join(f'"{a}"' for a in argv)
+    (tmp_path / "spec.yaml").write_text(
+        f"name: spec\nengine: llamacpp\nservice:\n  launch:\n    argv: [{quoted}]\n"
+        "    startup_timeout_s: 900\nsweep:\n  contexts: [64, 512]\n"
+        "defaults:\n  repeats: 3\n  warmup: 1\n  tolerance: 0.20\n  inconclusive: pass\n"
+    )
+    out = tmp_path / "ab.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "perftests.cli",
+            "--profile-dir",
+            str(tmp_path),
+            "ab",
+            "--hw",
+            "spec",
+            "--ab-replace",
+            "{model:draft-identical}={model:draft-unrelated}",
+            "--ab-pairs",
+            "2",
+            "--ab-max-pairs",
+            "2",
+            "--ab-seed",
+            "3",
+            "--json",
+            str(out),
+            "--log-dir",
+            str(tmp_path / "logs"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 1, text[-3000:]
+    assert "verdict: ACCEPTANCE COLLAPSE" in proc.stdout, text[-3000:]
+    rec = RunRecord.read(out)
+    assert rec.ab is not None and rec.ab.pairs == 2
+    for c in rec.comparisons:  # B's drafts rejected (1 token a step), A's accepted
+        assert c.measured_acceptance is not None and c.expected_acceptance is not None
+        assert c.measured_acceptance < 1.2 < 2 < c.expected_acceptance, (c.context, text[-2000:])
+
+
+@pytest.mark.server
 def test_pytest_ab_of_an_unchanged_service_never_says_slower(tmp_path):
     """The same from pytest (a pull request's gate): B is A with an unused environment variable.
     Two pairs cannot say SAME at this machine's noise; what they must never say is different."""
