@@ -52,7 +52,7 @@
 # A/A runs again naming none; ab-faoff, the A/B of flash attention off:
 # PLAN_OTHER="setup tiny:10 xaa:4 ab-faoff xaa:8 l34:2". Left for a later lease: the A/Bs of
 # the other changes, L34=0 L36=1 SMALL_MODELS="target draft-mix-0.003" PLAN_OTHER="setup ab-faoff ab-l36
-# ab-spec" (ab-spec: l2_ab's --hw $HW is overridden by the later --hw)
+# ab-spec"
 # The stages must follow each other on one warm machine (build, models, baseline in /tmp).
 # Each device stage stops starting gate runs when fewer than the seconds a run needs are left
 # before $STAGE_S (default 570; the device tool's limit is 600 per call).
@@ -442,10 +442,11 @@ variant2() {  # variant2 DIR PROFILE SED-EXPR CHECK [NEW-NAME]: a copy of PROFIL
   sed "${e[@]/#/-e}" "perftests/profiles/$2.yaml" > "$1/${5:-$2}.yaml"
   grep -q -- "$4" "$1/${5:-$2}.yaml" || { echo "variant $1: change not applied" >&2; return 1; }
 }
-onh200() { nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; }
+gpuname() { nvidia-smi --query-gpu=name --format=csv,noheader | head -1; }
+onh200() { gpuname | grep -q H200; }
 card() {  # a machine variant's name for this card: h100, h200, ...
   local n
-  n=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oE 'H[0-9]+' | head -1 | tr A-Z a-z)
+  n=$(gpuname | grep -oE 'H[0-9]+' | head -1 | tr A-Z a-z)
   echo "${n:-other}"
 }
 l2_setup() {
@@ -513,7 +514,7 @@ l2_xaa() {  # A/A across leases against the stored baseline
     if [ ! -f "$LEASE7B" ]; then
       need 260 || return 1
       gate lease7b -- --hw $HW --update-baselines --perf-launches 5 --perf-baseline "$LEASE7B" \
-        --reason "this lease's baseline on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1): 5 launches"
+        --reason "this lease's baseline on $(gpuname): 5 launches"
       cp -f "$LEASE7B" .perftests/ 2>/dev/null
     fi
     [ -f "$LEASE7B" ] || return 1
@@ -559,6 +560,11 @@ l2_ab() {  # l2_ab NAME ARGS...: perftests ab at its default pairs (4 first, at 
   echo "$name $rc $((SECONDS - t0))" >> "$KEEP/walls.txt"
   pack
 }
+l2_abvar() {  # l2_abvar NAME PROFILE SUFFIX SED-EXPR CHECK: A = PROFILE, B = its copy PROFILE-SUFFIX
+  # with one change (variant2), at the A/B's default pairs (l2_ab; its --hw $HW overridden here)
+  variant2 "/tmp/v-$1" "$2" "$4" "$5" "$2-$3" \
+    && l2_ab "$1" --hw "$2" --profile-dir "/tmp/v-$1" --ab-candidate "$2-$3"
+}
 l2_spec() {
   local sp=h200-llamacpp-spec
   if [ ! -f "$SPEC_BASE" ]; then
@@ -600,7 +606,7 @@ l2_tiny() {  # the 1.1B: a 5-launch refresh of its stored baseline (schema 1, on
   if ! isdone tiny-refresh; then
     need 280 || return 1  # 5 launches took 212-260 s (2026-12-06), one retake after a busy launch
     gate tiny-refresh -- --hw h200-llamacpp --update-baselines --perf-launches 5 "${ref[@]}" \
-      --reason "launch-level refresh: 5 launches on one $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
+      --reason "launch-level refresh: 5 launches on one $(gpuname)" \
       && cp -f baselines/h200-llamacpp*.yaml "$KEEP/baselines/" && mark tiny-refresh
   fi
   isdone tiny-refresh || return 1
@@ -645,19 +651,13 @@ lease2() {
     setup) l2_setup || break ;;  # nothing else runs without the build and the models
     xaa:*) l2_xaa "${task#*:}" ;;
     l34:*) l2_l34 "${task#*:}" ;;
-    ab-l34)
-      variant2 /tmp/v-ab $HW 's/n_layer=32,/n_layer=34,/' 'n_layer=34' $HW-l34 \
-        && l2_ab ab-l34 --profile-dir /tmp/v-ab --ab-candidate $HW-l34 ;;
-    ab-faoff)  # flash attention off: the context-dependent change of the 2026-12-04 gate runs
-      variant2 /tmp/v-abfa $HW 's/"--flash-attn", "on"/"--flash-attn", "off"/' '"--flash-attn", "off"' $HW-faoff \
-        && l2_ab ab-faoff --profile-dir /tmp/v-abfa --ab-candidate $HW-faoff ;;
-    ab-l36)  # 36 layers (L36=1 writes the model): the ~10% uniform change
-      variant2 /tmp/v-ab36 $HW 's/n_layer=32,/n_layer=36,/' 'n_layer=36' $HW-l36 \
-        && l2_ab ab-l36 --profile-dir /tmp/v-ab36 --ab-candidate $HW-l36 ;;
-    ab-spec)  # the acceptance drop: the speculative 1.1B with the blended draft (SMALL_MODELS has it)
-      variant2 /tmp/v-abspec h200-llamacpp-spec 's/{model:draft-identical@/{model:draft-mix-0.003@/' \
-        'draft-mix-0.003@' h200-llamacpp-spec-mix3 \
-        && l2_ab ab-spec --hw h200-llamacpp-spec --profile-dir /tmp/v-abspec --ab-candidate h200-llamacpp-spec-mix3 ;;
+    ab-l34) l2_abvar ab-l34 $HW l34 's/n_layer=32,/n_layer=34,/' 'n_layer=34' ;;
+    # flash attention off: the context-dependent change of the 2026-12-04 gate runs
+    ab-faoff) l2_abvar ab-faoff $HW faoff 's/"--flash-attn", "on"/"--flash-attn", "off"/' '"--flash-attn", "off"' ;;
+    # 36 layers (L36=1 writes the model): the ~10% uniform change
+    ab-l36) l2_abvar ab-l36 $HW l36 's/n_layer=32,/n_layer=36,/' 'n_layer=36' ;;
+    # the acceptance drop: the speculative 1.1B with the blended draft (SMALL_MODELS has it)
+    ab-spec) l2_abvar ab-spec h200-llamacpp-spec mix3 's/{model:draft-identical@/{model:draft-mix-0.003@/' 'draft-mix-0.003@' ;;
     ab-kvq8) l2_ab ab-kvq8 --ab-arg=--cache-type-k --ab-arg=q8_0 --ab-arg=--cache-type-v --ab-arg=q8_0 ;;
     spec) l2_spec ;;
     specfull) l2_specfull ;;

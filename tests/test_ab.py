@@ -249,8 +249,9 @@ def test_unchanged_is_same_and_passes(tmp_path):
 # -- the whole loop on the real reference service ----------------------------------------------
 
 
-def _tiny(tmp_path: Path) -> Path:
-    quoted = ", ".join(f'"{a}"' for a in reference_argv(ctx_size=1024, extra=("--flash-attn", "on")))
+def _tiny(tmp_path: Path, draft: str | None = None) -> Path:
+    argv = reference_argv(ctx_size=1024, draft=draft, extra=("--flash-attn", "on"))
+    quoted = ", ".join(f'"{a}"' for a in argv)
     (tmp_path / "tiny.yaml").write_text(
         f"name: tiny\nengine: llamacpp\nservice:\n  launch:\n    argv: [{quoted}]\n"
         "    startup_timeout_s: 900\nsweep:\n  contexts: [64, 512]\n"
@@ -259,10 +260,11 @@ def _tiny(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.mark.server
-def test_twice_the_layers_is_slower_on_the_real_service(tmp_path):
-    """`perftests ab` with B serving a model of twice the layers (about half the tok/s): the
-    launches alternate in ABBA blocks, and four pairs call it SLOWER, a uniform regression."""
+def _ab(
+    tmp_path: Path, *args: str, draft: str | None = None
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """`perftests ab --hw tiny ARGS` on the reference (with `draft`, a speculative one): the
+    process and its record's path."""
     out = tmp_path / "ab.json"
     proc = subprocess.run(
         [
@@ -270,18 +272,11 @@ def test_twice_the_layers_is_slower_on_the_real_service(tmp_path):
             "-m",
             "perftests.cli",
             "--profile-dir",
-            str(_tiny(tmp_path)),
+            str(_tiny(tmp_path, draft)),
             "ab",
             "--hw",
             "tiny",
-            "--ab-replace",
-            "{model:target}={model:target@n_layer=8}",
-            "--ab-pairs",
-            "4",
-            "--ab-max-pairs",
-            "4",
-            "--ab-seed",
-            "5",
+            *args,
             "--json",
             str(out),
             "--log-dir",
@@ -290,6 +285,24 @@ def test_twice_the_layers_is_slower_on_the_real_service(tmp_path):
         capture_output=True,
         text=True,
         timeout=900,
+    )
+    return proc, out
+
+
+@pytest.mark.server
+def test_twice_the_layers_is_slower_on_the_real_service(tmp_path):
+    """`perftests ab` with B serving a model of twice the layers (about half the tok/s): the
+    launches alternate in ABBA blocks, and four pairs call it SLOWER, a uniform regression."""
+    proc, out = _ab(
+        tmp_path,
+        "--ab-replace",
+        "{model:target}={model:target@n_layer=8}",
+        "--ab-pairs",
+        "4",
+        "--ab-max-pairs",
+        "4",
+        "--ab-seed",
+        "5",
     )
     text = proc.stdout + proc.stderr
     assert proc.returncode == 1, text[-3000:]
@@ -311,40 +324,17 @@ def test_twice_the_layers_is_slower_on_the_real_service(tmp_path):
 def test_an_unrelated_draft_is_an_acceptance_collapse_in_an_ab(tmp_path):
     """`perftests ab` on a speculative service, B's draft swapped for an unrelated model: the
     same curve verdict as a gate run, from paired launches, names the drafting, not the speed."""
-    argv = reference_argv(ctx_size=1024, draft="draft-identical", extra=("--flash-attn", "on"))
-    quoted = ", ".join(f'"{a}"' for a in argv)
-    (tmp_path / "spec.yaml").write_text(
-        f"name: spec\nengine: llamacpp\nservice:\n  launch:\n    argv: [{quoted}]\n"
-        "    startup_timeout_s: 900\nsweep:\n  contexts: [64, 512]\n"
-        "defaults:\n  repeats: 3\n  warmup: 1\n  tolerance: 0.20\n  inconclusive: pass\n"
-    )
-    out = tmp_path / "ab.json"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "perftests.cli",
-            "--profile-dir",
-            str(tmp_path),
-            "ab",
-            "--hw",
-            "spec",
-            "--ab-replace",
-            "{model:draft-identical}={model:draft-unrelated}",
-            "--ab-pairs",
-            "2",
-            "--ab-max-pairs",
-            "2",
-            "--ab-seed",
-            "3",
-            "--json",
-            str(out),
-            "--log-dir",
-            str(tmp_path / "logs"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
+    proc, out = _ab(
+        tmp_path,
+        "--ab-replace",
+        "{model:draft-identical}={model:draft-unrelated}",
+        "--ab-pairs",
+        "2",
+        "--ab-max-pairs",
+        "2",
+        "--ab-seed",
+        "3",
+        draft="draft-identical",
     )
     text = proc.stdout + proc.stderr
     assert proc.returncode == 1, text[-3000:]
