@@ -549,7 +549,8 @@ l2_l34() {
 l2_ab() {  # l2_ab NAME ARGS...: perftests ab at its default pairs (4 first, at most 10)
   local name=$1; shift
   isdone "$name" && return 0
-  need 290 || return 1
+  # AB_NEED: the seconds an A/B needs left in the call (7B: 4 pairs took 277 s, 2026-12-05)
+  need "${AB_NEED:-290}" || return 1
   mark "$name"  # once: a campaign cut by the call's end is not taken again
   local t0=$SECONDS
   echo "===== $name $(date -u +%H:%M:%S): perftests ab --hw $HW $*" | tee -a "$OUT/gates-$STAGE.txt"
@@ -560,10 +561,11 @@ l2_ab() {  # l2_ab NAME ARGS...: perftests ab at its default pairs (4 first, at 
   echo "$name $rc $((SECONDS - t0))" >> "$KEEP/walls.txt"
   pack
 }
-l2_abvar() {  # l2_abvar NAME PROFILE SUFFIX SED-EXPR CHECK: A = PROFILE, B = its copy PROFILE-SUFFIX
-  # with one change (variant2), at the A/B's default pairs (l2_ab; its --hw $HW overridden here)
+l2_abvar() {  # l2_abvar NAME PROFILE SUFFIX SED-EXPR CHECK [ARGS...]: A = PROFILE, B = its copy
+  # PROFILE-SUFFIX with one change (variant2), at the A/B's default pairs (l2_ab; its --hw $HW
+  # overridden here); ARGS go to perftests ab
   variant2 "/tmp/v-$1" "$2" "$4" "$5" "$2-$3" \
-    && l2_ab "$1" --hw "$2" --profile-dir "/tmp/v-$1" --ab-candidate "$2-$3"
+    && l2_ab "$1" --hw "$2" --profile-dir "/tmp/v-$1" --ab-candidate "$2-$3" "${@:6}"
 }
 l2_spec() {
   local sp=h200-llamacpp-spec
@@ -657,7 +659,9 @@ lease2() {
     # 36 layers (L36=1 writes the model): the ~10% uniform change
     ab-l36) l2_abvar ab-l36 $HW l36 's/n_layer=32,/n_layer=36,/' 'n_layer=36' ;;
     # the acceptance drop: the speculative 1.1B with the blended draft (SMALL_MODELS has it)
-    ab-spec) l2_abvar ab-spec h200-llamacpp-spec mix3 's/{model:draft-identical@/{model:draft-mix-0.003@/' 'draft-mix-0.003@' ;;
+    # at the reduced sweep of the spec tasks (SPEC_ARGS: 3 pairs, 64/1024/4096), to fit beside the build
+    ab-spec) AB_NEED=200 l2_abvar ab-spec h200-llamacpp-spec mix3 's/{model:draft-identical@/{model:draft-mix-0.003@/' \
+      'draft-mix-0.003@' "${SPEC_ARGS[@]/#--perf-/--}" ;;
     ab-kvq8) l2_ab ab-kvq8 --ab-arg=--cache-type-k --ab-arg=q8_0 --ab-arg=--cache-type-v --ab-arg=q8_0 ;;
     spec) l2_spec ;;
     specfull) l2_specfull ;;
