@@ -53,6 +53,13 @@
 # PLAN_OTHER="setup tiny:10 xaa:4 ab-faoff xaa:8 l34:2". Left for a later lease: the A/Bs of
 # the other changes, L34=0 L36=1 SMALL_MODELS="target draft-mix-0.003" PLAN_OTHER="setup ab-faoff ab-l36
 # ab-spec"
+# A fifth H100 (2026-12-07 evening) ran that plan as "setup ab-spec ab-faoff ab-l36": setup took
+# 437 s (build 426 s beside three writers), too little was left for an A/B, and the warm machine
+# was gone before the next call (30 s idle release): only setup ran. The plan for a later lease
+# ends with tiny:10 (the 1.1B's A/A against its committed @h100 variant, ~45 s a run), so what a
+# call leaves after setup is not lost; the A/Bs, not yet done, come first in the next call:
+# TINY_REFRESH=0 L34=0 L36=1 SMALL_MODELS="target draft-mix-0.003" PLAN="setup ab-spec ab-faoff ab-l36 tiny:10"
+# (PLAN_OTHER the same). Have the second call's command ready: it must start within 30 s.
 # The stages must follow each other on one warm machine (build, models, baseline in /tmp).
 # Each device stage stops starting gate runs when fewer than the seconds a run needs are left
 # before $STAGE_S (default 570; the device tool's limit is 600 per call).
@@ -674,7 +681,7 @@ lease2() {
   done
   { nvidia-smi -q -d CLOCK,POWER,TEMPERATURE; } >> "$OUT/nvidia-smi-end.txt" 2>&1
   echo "===== lease2 end $(date -u +%H:%M:%S), $SECONDS s; walls so far:" | tee -a "$OUT/gates-$STAGE.txt"
-  tee -a "$OUT/gates-$STAGE.txt" < "$KEEP/walls.txt"
+  cat "$KEEP/walls.txt" 2>/dev/null | tee -a "$OUT/gates-$STAGE.txt"  # none yet after setup alone
   pack
 }
 
