@@ -53,8 +53,9 @@
 # PLAN_OTHER="setup tiny:10 xaa:4 ab-faoff xaa:8 l34:2". Left for a later lease: the A/Bs of
 # the other changes, L34=0 L36=1 SMALL_MODELS="target draft-mix-0.003" PLAN_OTHER="setup ab-faoff ab-l36
 # ab-spec"
-# A fifth H100 (2026-12-07 evening) ran that plan as "setup ab-spec ab-faoff ab-l36": setup took
-# 437 s (build 426 s beside three writers), too little was left for an A/B, and the warm machine
+# The next H100 lease (2026-12-07 evening, docs/gpu-validation/2026-12-07-lease9) ran that plan
+# as "setup ab-spec ab-faoff ab-l36": setup took 437 s (build 426 s beside three writers), too
+# little was left for an A/B, and the warm machine
 # was gone before the next call (30 s idle release): only setup ran. The plan for a later lease
 # ends with tiny:10 (the 1.1B's A/A against its committed @h100 variant, ~45 s a run), so what a
 # call leaves after setup is not lost; the A/Bs, not yet done, come first in the next call:
