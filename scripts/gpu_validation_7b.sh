@@ -61,6 +61,10 @@
 # call leaves after setup is not lost; the A/Bs, not yet done, come first in the next call:
 # TINY_REFRESH=0 L34=0 L36=1 SMALL_MODELS="target draft-mix-0.003" PLAN="setup ab-spec ab-faoff ab-l36 tiny:10"
 # (PLAN_OTHER the same). Have the second call's command ready: it must start within 30 s.
+# Since 2026-12-07 night the call that builds llama-server returns it ($OUT/llama-build.tar.xz,
+# when xz gets it under 16 MiB; gates-lease2.txt says its size either way). Copy it into
+# .carry/tree/.carry/ before the next call: a fresh machine then skips the build (the binary is
+# checked to start; if not, it builds). The carried tree stays under 64 MiB (7 MB tree, 37 MB sdist).
 # The stages must follow each other on one warm machine (build, models, baseline in /tmp).
 # Each device stage stops starting gate runs when fewer than the seconds a run needs are left
 # before $STAGE_S (default 570; the device tool's limit is 600 per call).
@@ -457,6 +461,42 @@ card() {  # a machine variant's name for this card: h100, h200, ...
   n=$(gpuname | grep -oE 'H[0-9]+' | head -1 | tr A-Z a-z)
   echo "${n:-other}"
 }
+# The build is most of a first call (237-426 s), and a machine lost between calls (30 s idle
+# release) costs it again. So the call that built llama-server returns it ($OUT/llama-build.tar.xz:
+# the binary and its stamp, from $PERFTESTS_CACHE) and a later call on a fresh machine carries it
+# (.carry/llama-build.tar.xz): its set-up is then the models alone. A carried binary that does
+# not start here (another image) is removed, and the build runs as before.
+BUILD_TAR=llama-build.tar.xz
+pack_build() {  # only a build made here, and only under the 16 MiB a file comes back in; in the
+  # foreground, on all cores (seconds): an xz beside the first gate run would read as a busy machine
+  [ -f ".carry/$BUILD_TAR" ] && return 0
+  local bin
+  bin=$(cd "$PERFTESTS_CACHE" && ls -d llama-server-*/build/bin/llama-server 2>/dev/null | head -1)
+  [ -n "$bin" ] || return 0
+  tar -C "$PERFTESTS_CACHE" -cf - "${bin%%/*}/BUILT" "$bin" | xz -T0 -6 > "/tmp/$BUILD_TAR" || return 0
+  local size; size=$(stat -c %s "/tmp/$BUILD_TAR")
+  if [ "$size" -le $((16 * 1024 * 1024)) ]; then
+    mv "/tmp/$BUILD_TAR" "$OUT/$BUILD_TAR"
+    echo "build packed: $OUT/$BUILD_TAR, $size bytes" >> "$OUT/gates-$STAGE.txt"
+  else
+    echo "build packed: $size bytes, over the 16 MiB a file comes back in: not returned" >> "$OUT/gates-$STAGE.txt"
+  fi
+}
+unpack_build() {
+  [ -f ".carry/$BUILD_TAR" ] || return 0
+  local dir bin
+  dir=$(xz -dc ".carry/$BUILD_TAR" | tar -tf - | head -1 | cut -d/ -f1)
+  [ -n "$dir" ] && [ ! -e "$PERFTESTS_CACHE/$dir" ] || return 0
+  xz -dc ".carry/$BUILD_TAR" | tar -C "$PERFTESTS_CACHE" -xf - || { rm -rf "${PERFTESTS_CACHE:?}/$dir"; return 0; }
+  bin="$PERFTESTS_CACHE/$dir/build/bin/llama-server"
+  if "$bin" --version > /tmp/carried-build.txt 2>&1; then
+    echo "build: carried ($dir), $(grep -m1 -i version /tmp/carried-build.txt)" | tee -a "$OUT/gates-$STAGE.txt"
+  else
+    echo "build: the carried one does not start here, building: $(tail -1 /tmp/carried-build.txt)" \
+      | tee -a "$OUT/gates-$STAGE.txt"
+    rm -rf "${PERFTESTS_CACHE:?}/$dir"
+  fi
+}
 l2_setup() {
   isdone setup && return 0
   { date -u; nvidia-smi; nvidia-smi -q -d CLOCK,POWER,PERFORMANCE,TEMPERATURE; df -h / /tmp; free -g; nproc
@@ -486,8 +526,10 @@ l2_setup() {
     write 7B-36 "target@${M/n_layer=32/n_layer=36}" > "$KEEP/models-c.log" 2>&1 &
     wc=$!
   fi
+  unpack_build
   python3 -m perftests.cli build --cuda > /tmp/build.log 2>&1; tail -3 /tmp/build.log
   echo "build: $((SECONDS - t0)) s" | tee -a "$OUT/gates-$STAGE.txt"
+  pack_build
   python3 -c '
 import json, torch
 n = 1 << 30
@@ -680,7 +722,8 @@ lease2() {
       [ -f "${POOL7B_FROM:-}" ] && [ ! -f "$LEASE7B" ] && cp -f "$POOL7B_FROM" "$LEASE7B" ;;
     esac
   done
-  { nvidia-smi -q -d CLOCK,POWER,TEMPERATURE; } >> "$OUT/nvidia-smi-end.txt" 2>&1
+  # appended to nvidia-smi.txt: $OUT stays at 7 files with the build (8 come back at most)
+  { echo "===== end $(date -u)"; nvidia-smi -q -d CLOCK,POWER,TEMPERATURE; } >> "$OUT/nvidia-smi.txt" 2>&1
   echo "===== lease2 end $(date -u +%H:%M:%S), $SECONDS s; walls so far:" | tee -a "$OUT/gates-$STAGE.txt"
   cat "$KEEP/walls.txt" 2>/dev/null | tee -a "$OUT/gates-$STAGE.txt"  # none yet after setup alone
   pack
