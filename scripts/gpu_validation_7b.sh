@@ -61,10 +61,12 @@
 # call leaves after setup is not lost; the A/Bs, not yet done, come first in the next call:
 # TINY_REFRESH=0 L34=0 L36=1 SMALL_MODELS="target draft-mix-0.003" PLAN="setup ab-spec ab-faoff ab-l36 tiny:10"
 # (PLAN_OTHER the same). Have the second call's command ready: it must start within 30 s.
-# Since 2026-12-07 night the call that builds llama-server returns it ($OUT/llama-build.tar.xz,
-# when xz gets it under 16 MiB; gates-lease2.txt says its size either way). Copy it into
-# .carry/tree/.carry/ before the next call: a fresh machine then skips the build (the binary is
-# checked to start; if not, it builds). The carried tree stays under 64 MiB (7 MB tree, 37 MB sdist).
+# Since 2026-12-07 night the call that builds llama-server returns it, stripped, as
+# $OUT/llama-build.tar.xz.0 (and .1: 16 MiB parts, two at most; gates-lease2.txt says its size
+# either way). Copy the parts into .carry/tree/.carry/ before the next call: a fresh machine then
+# skips the build (the binary is checked to start; if not, it builds from the sdist). The carried
+# tree must stay under 64 MiB (tree 7 MB, sdist 37 MB): with two parts, leave the sdist out, and
+# a carried build that does not start ends that call's setup (nothing to build from).
 # The stages must follow each other on one warm machine (build, models, baseline in /tmp).
 # Each device stage stops starting gate runs when fewer than the seconds a run needs are left
 # before $STAGE_S (default 570; the device tool's limit is 600 per call).
@@ -467,27 +469,36 @@ card() {  # a machine variant's name for this card: h100, h200, ...
 # (.carry/llama-build.tar.xz): its set-up is then the models alone. A carried binary that does
 # not start here (another image) is removed, and the build runs as before.
 BUILD_TAR=llama-build.tar.xz
-pack_build() {  # only a build made here, and only under the 16 MiB a file comes back in; in the
-  # foreground, on all cores (seconds): an xz beside the first gate run would read as a busy machine
-  [ -f ".carry/$BUILD_TAR" ] && return 0
-  local bin
+pack_build() {  # the build is most of a first call: returned, a later machine unpacks it instead.
+  # Only a build made here; its symbols stripped (the code is the same: 15.6 -> 13.1 MB on the CPU
+  # build); xz in the foreground on all cores (seconds: an xz beside the first gate run would read
+  # as a busy machine); in 16 MiB parts (the most a file comes back in), at most two: at the end of
+  # lease2 $OUT holds six other files, and 8 come back.
+  ls .carry/"$BUILD_TAR".* > /dev/null 2>&1 && return 0
+  local bin dir size st=/tmp/pack-build
   bin=$(cd "$PERFTESTS_CACHE" && ls -d llama-server-*/build/bin/llama-server 2>/dev/null | head -1)
   [ -n "$bin" ] || return 0
-  tar -C "$PERFTESTS_CACHE" -cf - "${bin%%/*}/BUILT" "$bin" | xz -T0 -6 > "/tmp/$BUILD_TAR" || return 0
-  local size; size=$(stat -c %s "/tmp/$BUILD_TAR")
-  if [ "$size" -le $((16 * 1024 * 1024)) ]; then
-    mv "/tmp/$BUILD_TAR" "$OUT/$BUILD_TAR"
-    echo "build packed: $OUT/$BUILD_TAR, $size bytes" >> "$OUT/gates-$STAGE.txt"
+  dir=${bin%%/*}
+  rm -rf "$st" && mkdir -p "$st/${bin%/*}" && cp "$PERFTESTS_CACHE/$dir/BUILT" "$st/$dir/" || return 0
+  strip -o "$st/$bin" "$PERFTESTS_CACHE/$bin" 2> /dev/null || cp "$PERFTESTS_CACHE/$bin" "$st/$bin" || return 0
+  tar -C "$st" -cf - "$dir" | xz -T0 -6 > "/tmp/$BUILD_TAR" || return 0
+  size=$(stat -c %s "/tmp/$BUILD_TAR")
+  if [ "$size" -le $((2 * 16000 * 1024)) ]; then
+    split -b 16000k -d -a 1 "/tmp/$BUILD_TAR" "$OUT/$BUILD_TAR."
+    echo "build packed: $size bytes in $(ls "$OUT/$BUILD_TAR".* | wc -l) part(s), $OUT/$BUILD_TAR.N" >> "$OUT/gates-$STAGE.txt"
   else
-    echo "build packed: $size bytes, over the 16 MiB a file comes back in: not returned" >> "$OUT/gates-$STAGE.txt"
+    echo "build packed: $size bytes, over the 2 x 16 MiB that come back: not returned" >> "$OUT/gates-$STAGE.txt"
   fi
+  rm -rf "$st" "/tmp/$BUILD_TAR"
 }
-unpack_build() {
-  [ -f ".carry/$BUILD_TAR" ] || return 0
+unpack_build() {  # .carry/llama-build.tar.xz.0 [.1]: a build returned by an earlier call
+  ls .carry/"$BUILD_TAR".* > /dev/null 2>&1 || return 0
   local dir bin
-  dir=$(xz -dc ".carry/$BUILD_TAR" | tar -tf - | head -1 | cut -d/ -f1)
+  cat .carry/"$BUILD_TAR".[0-9] > "/tmp/$BUILD_TAR" || return 0
+  dir=$(xz -dc "/tmp/$BUILD_TAR" | tar -tf - | head -1 | cut -d/ -f1)
   [ -n "$dir" ] && [ ! -e "$PERFTESTS_CACHE/$dir" ] || return 0
-  xz -dc ".carry/$BUILD_TAR" | tar -C "$PERFTESTS_CACHE" -xf - || { rm -rf "${PERFTESTS_CACHE:?}/$dir"; return 0; }
+  xz -dc "/tmp/$BUILD_TAR" | tar -C "$PERFTESTS_CACHE" -xf - || { rm -rf "${PERFTESTS_CACHE:?}/$dir"; return 0; }
+  rm -f "/tmp/$BUILD_TAR"
   bin="$PERFTESTS_CACHE/$dir/build/bin/llama-server"
   if "$bin" --version > /tmp/carried-build.txt 2>&1; then
     echo "build: carried ($dir), $(grep -m1 -i version /tmp/carried-build.txt)" | tee -a "$OUT/gates-$STAGE.txt"
