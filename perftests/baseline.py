@@ -280,6 +280,15 @@ NOT_UNCHANGED = ("regression", "invalid measurement", "run error", "machine")
 SESSION_GAP_S = 2 * 3600
 
 
+def as_compared(value: object) -> object:
+    """A path by its file name, anything else as it is: a model directory or cache home differs
+    between machines and users, not the model (a reference model's file name holds its recipe's
+    digest; a served model's directory is named for it)."""
+    if isinstance(value, str) and value.startswith("/"):
+        return value.rstrip("/").rsplit("/", 1)[-1]
+    return value
+
+
 def created_at(text: str | None) -> datetime | None:
     """A record's or baseline's `created` as a time (None if it is not in the written form)."""
     try:
@@ -326,7 +335,11 @@ def session_from_records(
             ("profile", first.profile, r.profile),
             ("engine", first.engine, r.engine),
             ("engine version", (first.server or {}).get("version"), (r.server or {}).get("version")),
-            ("model", (first.server or {}).get("model"), (r.server or {}).get("model")),
+            (
+                "model",
+                as_compared((first.server or {}).get("model")),
+                as_compared((r.server or {}).get("model")),
+            ),
             ("launch argv", first.settings.get("launch_argv"), r.settings.get("launch_argv")),
             ("contexts", sorted({p.context for p in first.points}), sorted({p.context for p in r.points})),
             ("machine", hardware_key(first.machine), hardware_key(r.machine)),
@@ -531,7 +544,7 @@ def pool(
     if new.provisional or new.provenance.get("imported"):
         problems.append("this run is provisional or imported, not launches measured by this tool")
     for k in ("engine_version", "model"):
-        if previous.provenance.get(k) != new.provenance.get(k):
+        if as_compared(previous.provenance.get(k)) != as_compared(new.provenance.get(k)):
             problems.append(f"{k} {previous.provenance.get(k)!r}, this run {new.provenance.get(k)!r}")
     if problems:
         raise ConfigError(

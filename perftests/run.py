@@ -467,12 +467,6 @@ def server_differences(baseline: bl.Baseline | None, server: dict[str, object]) 
         # name, since a model directory or cache home differs between machines, not the model.
         for key in sorted(set(then_args) & set(now_args)):
             a, b = then_args[key], now_args[key]
-            if _as_compared(a) != _as_compared(b):
+            if bl.as_compared(a) != bl.as_compared(b):
                 out.append(f"server argument {key}: {b!r} now, {a!r} in the baseline")
     return out
-
-
-def _as_compared(value: object) -> object:
-    if isinstance(value, str) and value.startswith("/"):
-        return value.rstrip("/").rsplit("/", 1)[-1]
-    return value

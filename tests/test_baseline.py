@@ -277,6 +277,19 @@ def test_a_refresh_of_another_service_or_measure_is_not_pooled(change, needle):
     assert needle in str(e.value)
 
 
+def test_the_same_model_under_another_cache_home_pools_another_model_does_not():
+    # A runner's HOME (so its model cache) is not the refresh's: the reference model's file name
+    # holds its recipe's digest, so it is the same model; another file name is another model.
+    old, new = session(1.0, "2026-12-01"), session(0.99, "2026-12-02")
+    old.provenance["model"] = "/tmp/h1/.cache/perftests/models/target-08f6c38c4a23.gguf"
+    new.provenance["model"] = "/root/.cache/perftests/models/target-08f6c38c4a23.gguf"
+    assert bl.pool(new, old, keep=3).session_count == 2
+    new.provenance["model"] = "/root/.cache/perftests/models/target-5d1e0c7a9b21.gguf"
+    with pytest.raises(ConfigError, match="model '/tmp/h1/.*target-08f6c38c4a23.gguf', this run") as e:
+        bl.pool(new, old, keep=3)
+    assert "target-5d1e0c7a9b21.gguf" in str(e.value)
+
+
 def test_sessions_pool_across_machines_of_one_kind_of_card_only():
     old = session(1.0, "2026-12-01")
     other_cpu = session(0.99, "2026-12-02")
