@@ -10,6 +10,7 @@ import dataclasses
 import fcntl
 import math
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Sequence
@@ -278,6 +279,9 @@ NOT_UNCHANGED = ("regression", "invalid measurement", "run error", "machine")
 # Records further apart than this are two sessions, not one: a lease of the lent GPU lasts at
 # most 30 minutes and a refresh job minutes, while leases of one day were 3 hours apart.
 SESSION_GAP_S = 2 * 3600
+# A refresh whose baseline was refused (run.py): its launches were measured with no error on a
+# machine the control passed (a refresh writes only then), so they can still make a session.
+UNWRITTEN = "baseline not written: "
 
 
 def as_compared(value: object) -> object:
@@ -309,13 +313,19 @@ def session_from_records(
     first, n0 = records[0], names[0]
     for r, name in zip(records, names, strict=True):
         why = None
+        # ... unless the refusal was for a context it did not measure
+        unwritten = (
+            bool(r.errors)
+            and all(e.startswith(UNWRITTEN) for e in r.errors)
+            and set(r.settings.get("contexts") or ()) <= {p.context for p in r.points}
+        )
         if r.ab is not None:
             why = "an A/B campaign's record (two services)"
         elif not r.launched:
             why = "it attached to a running service: its rounds are not launches"
-        elif r.errors:
+        elif r.errors and not unwritten:
             why = f"it has errors ({r.errors[0]})"
-        elif r.outcome and r.outcome.kind.value in NOT_UNCHANGED:
+        elif r.outcome and r.outcome.kind.value in NOT_UNCHANGED and not unwritten:
             kind = r.outcome.kind.value
             if kind != "regression":
                 why = f"its outcome is {kind!r}: its launches are not figures of the service"
@@ -526,7 +536,10 @@ def pool(
     keep: int,
     what: str = "this refresh",
     against: str | None = None,
-    hint: str = "refresh with --perf-pool-sessions 1 to replace it; this run's record keeps its launches",
+    hint: str = (
+        "refresh with --perf-pool-sessions 1 to replace it; this run's record keeps its launches, "
+        "and `perftests baseline pool --session` takes it"
+    ),
 ) -> Baseline:
     """`new` (one refresh's launches) with `previous`'s sessions before it, the oldest dropped
     beyond `keep` sessions in all. Each point's figure is the geometric mean of the sessions'
@@ -810,6 +823,16 @@ def _lock(path: Path) -> Any:
     return fh
 
 
+def _mode_for(path: Path) -> int:
+    """The permissions the new file gets: the replaced file's, else a new file's under the umask."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def save(baseline: Baseline, path: Path) -> None:
     """Atomically replace `path`: readers see the old file or the new one, never part of one."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -826,6 +849,7 @@ def save(baseline: Baseline, path: Path) -> None:
             stale.unlink(missing_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
+            os.fchmod(fd, _mode_for(path))  # mkstemp's 0600 would hide a runner's baseline from its group
             with os.fdopen(fd, "w") as fh:
                 fh.write(text)
                 fh.flush()

@@ -374,7 +374,7 @@ class GateRun:
                 self.refresh()
                 refreshed = True
             except ConfigError as e:
-                self.errors.append(f"baseline not written: {e}")
+                self.errors.append(f"{bl.UNWRITTEN}{e}")
         self.outcome = conclude(
             policy=cfg.policy,
             errors=self.errors,

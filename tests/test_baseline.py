@@ -7,6 +7,7 @@ import dataclasses
 import math
 import os
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -147,6 +148,21 @@ def test_two_refreshes_at_once_never_corrupt_the_file(stored, tmp_path):
     assert bl.load(stored).point(64).tps in (111.0, 222.0)
     assert seen <= {700.0, 111.0, 222.0}
     assert not [p for p in stored.parent.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_refresh_keeps_the_files_permissions_and_a_new_file_follows_the_umask(tmp_path):
+    # The atomic write goes through mkstemp (0600): a runner's baseline must not turn unreadable
+    # to the group that shares it on the first refresh.
+    path = tmp_path / "b.yaml"
+    old = os.umask(0o022)
+    try:
+        bl.save(make_baseline({64: 1.0, 128: 0.5}), path)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    path.chmod(0o664)
+    bl.save(bl.load(path), path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o664
 
 
 def test_history_keeps_the_previous_curve(tmp_path):

@@ -116,3 +116,31 @@ def test_a_pooled_file_goes_first_and_keep_drops_the_oldest(tmp_path, capsys):
     shutil.copy(Path(__file__).resolve().parent.parent / "baselines/h200-llamacpp.yaml", other)
     assert pool(other, LEASE1, LEASE3) == 2
     assert "holds the baseline of 'h200-llamacpp', not 'h200-llamacpp-7b'" in capsys.readouterr().err
+
+
+AMX = D.parent / "gate-validation" / "2026-12-08-amx"
+REFUSED = AMX / "refused-pooled-refresh.json"  # a real refresh whose pooled write was refused
+
+
+def test_a_refused_refresh_s_launches_still_make_a_session(tmp_path, capsys):
+    """The pooled refresh of 2026-12-08 on the AMX VM measured 5 clean launches and was refused
+    at the write (another HOME's model path, since fixed); its record is taken as a session, so
+    the launches are not lost. A record with any other error, or without every context, is not."""
+    first = AMX / "session1-variant.yaml"  # the variant it was to be pooled with
+    out = tmp_path / "pooled.yaml"
+    assert pool(out, [first], [REFUSED]) == 0, capsys.readouterr().err
+    b = bl.load(out)
+    assert [s["launches"] for s in b.sessions] == [5, 5]
+    old = bl.load(first)
+    for ctx in (64, 512, 2048, 8192):
+        p, o = b.point(ctx), old.point(ctx)
+        assert p is not None and o is not None
+        assert p.tps == pytest.approx(gm([gm(list(o.launch_tps)), gm(medians([REFUSED], ctx))]), rel=1e-4)
+    d = json.loads(REFUSED.read_text())
+    died = tmp_path / "died.json"
+    died.write_text(json.dumps({**d, "errors": [*d["errors"], "service died at ctx=2048"]}))
+    short = tmp_path / "short.json"
+    short.write_text(json.dumps({**d, "points": [x for x in d["points"] if x["context"] != 8192]}))
+    for rec in (died, short):
+        assert pool(tmp_path / "x.yaml", [first], [rec]) == 2
+        assert f"{rec.name}: cannot go into a baseline: it has errors" in capsys.readouterr().err
