@@ -721,7 +721,7 @@ lease2() {
     ab-l36) l2_abvar ab-l36 $HW l36 's/n_layer=32,/n_layer=36,/' 'n_layer=36' ;;
     # the acceptance drop: the speculative 1.1B with the blended draft (SMALL_MODELS has it)
     # at the reduced sweep of the spec tasks (SPEC_ARGS: 3 pairs, 64/1024/4096), to fit beside the build
-    ab-spec) AB_NEED=200 l2_abvar ab-spec h200-llamacpp-spec mix3 's/{model:draft-identical@/{model:draft-mix-0.003@/' \
+    ab-spec) AB_NEED=${AB_SPEC_NEED:-330} l2_abvar ab-spec h200-llamacpp-spec mix3 's/{model:draft-identical@/{model:draft-mix-0.003@/' \
       'draft-mix-0.003@' "${SPEC_ARGS[@]/#--perf-/--}" ;;
     ab-kvq8) l2_ab ab-kvq8 --ab-arg=--cache-type-k --ab-arg=q8_0 --ab-arg=--cache-type-v --ab-arg=q8_0 ;;
     spec) l2_spec ;;
