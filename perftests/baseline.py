@@ -313,7 +313,8 @@ def session_from_records(
     first, n0 = records[0], names[0]
     for r, name in zip(records, names, strict=True):
         why = None
-        # ... unless the refusal was for a context it did not measure
+        # a refresh refused at the write (UNWRITTEN) is a clean session, unless it was refused
+        # for a context it did not measure
         unwritten = (
             bool(r.errors)
             and all(e.startswith(UNWRITTEN) for e in r.errors)

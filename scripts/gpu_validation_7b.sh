@@ -62,7 +62,7 @@
 # TINY_REFRESH=0 L34=0 L36=1 SMALL_MODELS="target draft-mix-0.003" PLAN="setup ab-spec ab-faoff ab-l36 tiny:10"
 # (PLAN_OTHER the same). Have the second call's command ready: it must start within 30 s.
 # Since 2026-12-07 night the call that builds llama-server returns it, stripped, as
-# $OUT/llama-build.tar.xz.0 (and .1: 16 MiB parts, two at most; gates-lease2.txt says its size
+# $OUT/llama-build.tar.xz.0 (and .1: 16,000 KiB parts, two at most; gates-lease2.txt says its size
 # either way). Copy the parts into .carry/tree/.carry/ before the next call: a fresh machine then
 # skips the build (the binary is checked to start; if not, it builds from the sdist). The carried
 # tree must stay under 64 MiB (tree 7 MB, sdist 37 MB): with two parts, leave the sdist out, and
@@ -472,7 +472,7 @@ BUILD_TAR=llama-build.tar.xz
 pack_build() {  # the build is most of a first call: returned, a later machine unpacks it instead.
   # Only a build made here; its symbols stripped (the code is the same: 15.6 -> 13.1 MB on the CPU
   # build); xz in the foreground on all cores (seconds: an xz beside the first gate run would read
-  # as a busy machine); in 16 MiB parts (the most a file comes back in), at most two: at the end of
+  # as a busy machine); in 16,000 KiB parts (a file comes back up to 16 MiB), at most two: at the end of
   # lease2 $OUT holds six other files, and 8 come back.
   ls .carry/"$BUILD_TAR".* > /dev/null 2>&1 && return 0
   local bin dir size st=/tmp/pack-build
